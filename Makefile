@@ -1,0 +1,22 @@
+# make report : create .venv if missing or stale, then run every scenario, both frameworks, vs the oracle
+# make test   : the same venv, then the pytest suite
+VENV    := .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.installed
+
+.PHONY: report test clean
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	@touch $(STAMP)
+
+report: $(STAMP)
+	$(VENV)/bin/detach-parity run
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+clean:
+	rm -rf $(VENV) site reports

@@ -1,0 +1,53 @@
+"""basics: y = 2x and z = stop_gradient(y) have the same values; z carries no gradient.
+
+Gradient flow: x -> y -> loss flows; x -> y -> z -/-> loss is cut at z.
+Port note: `jax.lax.stop_gradient(y)` is a new immutable array (no aliasing);
+a loss built only from z differentiates to zeros without any error, where torch
+raises on backward (pitfall P11).
+Shapes: N elements.
+Reference: JAX docs, jax.lax.stop_gradient.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl._common import array, numpy, scenario_run
+
+__all__ = ["forward", "loss_via_z", "loss_total", "run"]
+
+
+def forward(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+    """y = 2x [N] and its copy z [N], stopped in variant "z_stopped"."""
+    y = 2 * x
+    z = jax.lax.stop_gradient(y) if variant == "z_stopped" else y  # GRAD-FLOW: z has y's values but is a constant
+    return y, z
+
+
+def loss_via_z(x: jax.Array, c: jax.Array, variant: str) -> jax.Array:
+    """sum(c * z): a loss that reaches x only through z."""
+    _, z = forward(x, variant)
+    return jnp.sum(c * z)
+
+
+def loss_total(x: jax.Array, c: jax.Array, d: jax.Array, variant: str) -> jax.Array:
+    """sum(d * y + c * z): y's path always flows, z's only without the stop."""
+    y, z = forward(x, variant)
+    return jnp.sum(d * y + c * z)
+
+
+_grad_via_z = jax.jit(jax.grad(loss_via_z), static_argnames="variant")
+_grad_total = jax.jit(jax.grad(loss_total), static_argnames="variant")
+
+
+@scenario_run("basics")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: y, z [N]; grads/x_via_z, grads/x_total [N] (d loss / d x)."""
+    x = array(fx, "x")
+    c, d = array(fx, "c"), array(fx, "d")
+    y, z = forward(x, variant)
+    g_via_z = _grad_via_z(x, c, variant)
+    g_total = _grad_total(x, c, d, variant)
+    return {"y": numpy(y), "z": numpy(z), "grads/x_via_z": numpy(g_via_z), "grads/x_total": numpy(g_total)}

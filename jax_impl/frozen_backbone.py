@@ -1,0 +1,114 @@
+"""frozen_backbone: train a new classifier head on a frozen MLP backbone with AdamW.
+
+Gradient flow: loss -> head flows; head -/-> backbone (nnx.DiffState over the head
+only, or stop_gradient on the features). Either way the backbone must also stay
+out of the optimizer (nnx.Optimizer(..., wrt=HEAD)): optax.adamw decays every leaf
+it is given, zero gradient or not.
+Port note: `naive_stop_gradient` only adds stop_gradient and gives optax.adamw the
+whole model: the "frozen" backbone shrinks by (1 - lr·wd) per step. torch's
+AdamW skips .grad None, so the torch idiom has no such trap.
+Shapes: B samples, D inputs, H features, C classes.
+Reference: Yosinski et al. 2014, arXiv:1411.1792; Loshchilov & Hutter 2019, arXiv:1711.05101.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jax_impl._common import array, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
+from shared.losses import check_same_shape
+
+__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "run"]
+
+STOPPED = ("detach_features", "naive_stop_gradient")
+HEAD = nnx.All(nnx.Param, nnx.PathContains("head"))
+
+
+class Backbone(nnx.Module):
+    """features [B, H] = tanh(l2(tanh(l1(x [B, D]))))."""
+
+    def __init__(self, d: int, h: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
+        self.l2 = nnx.Linear(h, h, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return jnp.tanh(self.l2(jnp.tanh(self.l1(x))))
+
+
+class Classifier(nnx.Module):
+    """logits [B, C] = head(backbone(x)); features stopped in the STOPPED variants."""
+
+    def __init__(self, d: int, h: int, c: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.backbone = Backbone(d, h, dtype, rngs)
+        self.head = nnx.Linear(h, c, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array, variant: str) -> jax.Array:
+        features = self.backbone(x)
+        if variant in STOPPED:
+            features = jax.lax.stop_gradient(features)  # GRAD-FLOW: the head trains on fixed features
+        return self.head(features)
+
+
+def build_model(fx) -> Classifier:
+    """A Classifier loaded with the fixture's canonical parameters."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
+    return load_params(Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+
+
+def make_optimizer(model: Classifier, fx, variant: str) -> nnx.Optimizer:
+    """optax.adamw over the trainable parameters; only the head unless the backbone trains."""
+    wrt = nnx.Param
+    if variant in ("freeze_params", "detach_features"):
+        wrt = HEAD  # GRAD-FLOW: frozen leaves stay out of the optimizer
+    tx = optax.adamw(
+        fx.scalar("lr"),
+        b1=fx.scalar("b1"),
+        b2=fx.scalar("b2"),
+        eps=fx.scalar("eps"),
+        weight_decay=fx.scalar("weight_decay"),
+    )
+    return nnx.Optimizer(model, tx, wrt=wrt)
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Mean softmax cross-entropy of logits [B, C] against int labels [B]. Raises ValueError on a B mismatch."""
+    check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def _loss(model, x, labels, variant):
+    return cross_entropy(model(x, variant), labels)
+
+
+@nnx.jit(static_argnames="variant")
+def train_step(model: Classifier, optimizer: nnx.Optimizer, x: jax.Array, labels: jax.Array, variant: str):
+    """One AdamW step; returns (loss before the step, gradient State)."""
+    diff = HEAD if variant == "freeze_params" else nnx.Param  # GRAD-FLOW: differentiate the head only
+    loss, grads = nnx.value_and_grad(_loss, argnums=nnx.DiffState(0, diff))(model, x, labels, variant)
+    optimizer.update(model, grads if variant in ("full_finetune", "naive_stop_gradient") else grads.filter(HEAD))
+    return loss, grads
+
+
+@scenario_run("frozen_backbone")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; grads/<param> of step 1; params/<param> after `steps`; moved/<param> = after - before."""
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+
+    x, labels = array(fx, "x"), array(fx, "labels")
+    before = params_of(model)
+    for step in range(int(fx["steps"])):
+        loss, grads = train_step(model, optimizer, x, labels, variant)
+        if step == 0:
+            loss0, grads0 = numpy(loss), fill_zero_grads(flat(grads), before)
+    after = params_of(model)
+    out = {"loss": loss0}
+    out.update({f"grads/{k}": g for k, g in grads0.items()})
+    out.update({f"params/{k}": v for k, v in after.items()})
+    out.update({f"moved/{k}": after[k] - before[k] for k in after})
+    return out

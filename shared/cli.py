@@ -1,0 +1,187 @@
+"""`detach-parity` command line: run the parity suite, list scenarios.
+
+    detach-parity run [SCENARIO ...] [--variant V] [--family F] [--dtype float32|float64|all]
+                      [--seed N] [--json PATH]
+    detach-parity list [--family F]
+
+Exit status: 0 every case passed, 1 any mismatch or error, 2 bad arguments (the
+message lists the valid names).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from shared import registry
+from shared.fixtures import FLOAT_DTYPES
+from shared.parity import tolerance_for
+
+__all__ = ["main", "SUBCOMMANDS"]
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed, exit status 2."""
+
+
+def _fmt(x: float | None) -> str:
+    if x is None or x != x:
+        return "-"
+    return f"{x:.1e}" if x else "0"
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "jax", "flax", "optax", "numpy"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = "missing"
+    return out
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    from shared.runner import iter_cases, run_case
+
+    dtypes = FLOAT_DTYPES if args.dtype == "all" else (args.dtype,)
+    try:
+        cases = list(iter_cases(args.scenarios or None, args.variant, dtypes, args.family))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if not cases:
+        raise UsageError(
+            f"no case selected (scenarios {args.scenarios or 'all'}, family {args.family}, dtype {args.dtype})"
+        )
+    results = []
+    start = time.perf_counter()
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=args.quiet,
+    ) as progress:
+        task = progress.add_task("parity", total=len(cases))
+        for spec, variant, case, dtype in cases:
+            progress.update(task, description=f"{spec.name}[{variant}] {case} {dtype}")
+            results.append(run_case(spec, variant, dtype, seed=args.seed, case=case))
+            progress.advance(task)
+    elapsed = time.perf_counter() - start
+
+    table = Table(title="detach-parity: torch vs JAX vs float64 oracle", header_style="bold")
+    for col in (
+        "scenario",
+        "variant",
+        "case",
+        "dtype",
+        "|torch−jax|",
+        "rel",
+        "torch/oracle",
+        "jax/oracle",
+        "rtol",
+        "lesson",
+        "verdict",
+    ):
+        table.add_column(col, justify="right" if col[0] in "|rtj" else "left", no_wrap=True)
+    for r in results:
+        spec = registry.get(r.scenario)
+        tj, to, jo = r.torch_jax, r.torch_oracle, r.jax_oracle
+        style = "green" if r.ok else "red"
+        table.add_row(
+            r.scenario,
+            r.variant,
+            r.case,
+            r.dtype,
+            _fmt(tj.max_abs if tj else None),
+            _fmt(tj.max_rel if tj else None),
+            _fmt(to.max_rel if to else None),
+            _fmt(jo.max_rel if jo else None),
+            f"{tolerance_for(r.dtype, 'parity', spec.tolerances).rtol:.0e}",
+            "held" if r.lesson_ok else "[red]broken[/]",
+            f"[{style}]{r.verdict}[/]",
+        )
+    console.print(table)
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        for problem in r.problems():
+            console.print(f"[red]✗[/] {problem}", markup=False, highlight=False)
+    console.print(f"{len(results) - len(failed)}/{len(results)} cases passed in {elapsed:.1f} s")
+    if args.json:
+        payload = {
+            "versions": _versions(),
+            "seed": args.seed,
+            "ok": not failed,
+            "results": [r.to_json() for r in results],
+            "seconds": round(elapsed, 3),
+        }
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+    return 1 if failed else 0
+
+
+def cmd_list(args: argparse.Namespace, console: Console) -> int:
+    table = Table(title="detach-parity scenarios", header_style="bold")
+    for col in ("scenario", "family", "title", "variants", "source", "claims"):
+        table.add_column(col)
+    for name in registry.names(args.family):
+        s = registry.get(name)
+        table.add_row(name, s.family, s.title, ", ".join(s.variants), s.source, ", ".join(s.claims))
+    console.print(table)
+    return 0
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser("run", help="run the parity suite: torch vs JAX vs oracle, lesson checks")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"default all; one of {registry.names()}")
+    p.add_argument("--variant", help="only this variant")
+    p.add_argument("--family", choices=registry.FAMILIES, help="only this family")
+    p.add_argument("--dtype", default="all", choices=(*FLOAT_DTYPES, "all"))
+    p.add_argument("--seed", type=int, default=0, help="fixture seed (default 0)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+
+def _add_list(sub) -> None:
+    p = sub.add_parser("list", help="list the registered scenarios")
+    p.add_argument("--family", choices=registry.FAMILIES)
+    p.set_defaults(func=cmd_list)
+
+
+# name -> function adding the subparser; other modules append their subcommands here.
+SUBCOMMANDS: dict[str, Callable] = {"run": _add_run, "list": _add_list}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="detach-parity", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in SUBCOMMANDS.values():
+        add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # logs and CI: no wrapping
+    args = build_parser().parse_args(argv)  # argparse exits 2 on bad syntax
+    try:
+        return args.func(args, console)
+    except UsageError as exc:
+        Console(stderr=True).print(f"detach-parity {args.command}: error: {exc}", markup=False, highlight=False)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""Strict comparison of two output dicts, and the expected zero / non-zero pattern.
+
+Outputs are flat dicts `{"grads/trunk/kernel": ndarray, "loss": ndarray, ...}`.
+`compare` fails (never passes) on: an empty dict, missing or extra keys, a shape
+or dtype mismatch, a non-finite value not declared allowed, or an error above
+`atol + rtol * max|reference|` for a leaf. Failure messages name the leaf:
+`dqn_target[residual_gradient].grads['q/l1/kernel']: max|torch-jax| = 3.1e-07 > 1e-12`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Tolerance", "TOLERANCES", "LeafDiff", "Comparison", "compare", "check_pattern", "tolerance_for"]
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """A leaf passes when max|a - b| <= atol + rtol * max|b| (b: the reference)."""
+
+    rtol: float
+    atol: float
+
+    def bound(self, scale: float) -> float:
+        return self.atol + self.rtol * scale
+
+    def __str__(self) -> str:
+        return f"rtol={self.rtol:.0e} atol={self.atol:.0e}"
+
+
+# Default tolerances per dtype. "parity": torch vs JAX (same algorithm, same
+# inputs: only rounding order differs). "oracle": either framework vs the float64
+# numpy oracle (float32 rounding, or the truncation error of finite differences).
+TOLERANCES: dict[str, dict[str, Tolerance]] = {
+    "float32": {"parity": Tolerance(rtol=2e-5, atol=1e-6), "oracle": Tolerance(rtol=2e-4, atol=1e-5)},
+    "float64": {"parity": Tolerance(rtol=1e-10, atol=1e-12), "oracle": Tolerance(rtol=1e-7, atol=1e-9)},
+}
+
+
+def tolerance_for(dtype: str, kind: str, overrides: Mapping[str, Mapping[str, Tolerance]] | None = None) -> Tolerance:
+    """The tolerance of a comparison kind ("parity" | "oracle") for a dtype, registry overrides first."""
+    if overrides and kind in overrides.get(dtype, {}):
+        return overrides[dtype][kind]
+    try:
+        return TOLERANCES[dtype][kind]
+    except KeyError:
+        raise ValueError(
+            f"tolerance: no entry for dtype {dtype!r} kind {kind!r}; dtypes {sorted(TOLERANCES)}"
+        ) from None
+
+
+@dataclass
+class LeafDiff:
+    key: str
+    max_abs: float
+    max_rel: float
+    bound: float
+    ok: bool
+
+
+@dataclass
+class Comparison:
+    """Result of one `compare`: ok only if there was something to compare and every leaf passed."""
+
+    label: str
+    ok: bool
+    leaves: list[LeafDiff] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def max_abs(self) -> float:
+        return max((leaf.max_abs for leaf in self.leaves), default=float("nan"))
+
+    @property
+    def max_rel(self) -> float:
+        return max((leaf.max_rel for leaf in self.leaves), default=float("nan"))
+
+    def assert_ok(self) -> None:
+        if not self.ok:
+            raise AssertionError("\n".join(self.problems) or f"{self.label}: comparison failed")
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label,
+            "ok": self.ok,
+            "max_abs": _json_float(self.max_abs),
+            "max_rel": _json_float(self.max_rel),
+            "problems": list(self.problems),
+        }
+
+
+def _json_float(x: float) -> float | None:
+    return None if not np.isfinite(x) else float(x)
+
+
+def _leaf_name(label: str, key: str) -> str:
+    head, _, rest = key.partition("/")
+    return f"{label}.{head}[{rest!r}]" if rest else f"{label}.{head}"
+
+
+def compare(
+    a: Mapping[str, np.ndarray],
+    b: Mapping[str, np.ndarray],
+    tol: Tolerance,
+    *,
+    label: str = "outputs",
+    names: tuple[str, str] = ("a", "b"),
+    check_dtype: bool = True,
+    nonfinite_ok: Iterable[str] = (),
+) -> Comparison:
+    """Compare output dict `a` against reference `b`, leaf by leaf.
+
+    Args:
+      a, b: flat dicts of numpy arrays (b is the reference for the relative error).
+      tol: Tolerance applied per leaf, scaled by max|b| of that leaf.
+      label: names the case in messages, e.g. "dqn_target[residual_gradient]".
+      names: how a and b are called in messages, e.g. ("torch", "jax").
+      check_dtype: require identical dtypes (off for framework vs float64 oracle).
+      nonfinite_ok: glob patterns of keys whose NaN / inf are expected; they must
+        then be non-finite at the same positions on both sides.
+    Returns:
+      Comparison; `ok` is False for empty or mismatched outputs.
+    """
+    na, nb = names
+    result = Comparison(label=label, ok=True)
+    allowed = tuple(nonfinite_ok)
+
+    def fail(msg: str) -> None:
+        result.ok = False
+        result.problems.append(msg)
+
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        fail(f"{label}: outputs must be dicts, got {type(a).__name__} and {type(b).__name__}")
+        return result
+    if not a or not b:
+        fail(f"{label}: empty outputs ({na}: {len(a)} keys, {nb}: {len(b)} keys): nothing was compared")
+        return result
+    only_a, only_b = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+    if only_a:
+        fail(f"{label}: keys only in {na}: {only_a}")
+    if only_b:
+        fail(f"{label}: keys only in {nb}: {only_b}")
+    for key in sorted(set(a) & set(b)):
+        x, y = np.asarray(a[key]), np.asarray(b[key])
+        leaf = _leaf_name(label, key)
+        if x.shape != y.shape:
+            fail(f"{leaf}: shape {na} {x.shape} != {nb} {y.shape}")
+            continue
+        if check_dtype and x.dtype != y.dtype:
+            fail(f"{leaf}: dtype {na} {x.dtype} != {nb} {y.dtype}")
+            continue
+        if x.size == 0:
+            fail(f"{leaf}: empty array: nothing was compared")
+            continue
+        if x.dtype.kind == "b" or y.dtype.kind == "b" or (x.dtype.kind in "iu" and y.dtype.kind in "iu"):
+            same = bool(np.array_equal(x, y))
+            result.leaves.append(LeafDiff(key, 0.0 if same else float("inf"), 0.0 if same else float("inf"), 0.0, same))
+            if not same:
+                fail(f"{leaf}: {na} {x.tolist()} != {nb} {y.tolist()} (exact comparison)")
+            continue
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        fin_x, fin_y = np.isfinite(x64), np.isfinite(y64)
+        if not (fin_x.all() and fin_y.all()):
+            declared = any(fnmatch.fnmatchcase(key, p) for p in allowed)
+            if not declared:
+                fail(f"{leaf}: non-finite values ({na}: {int((~fin_x).sum())}, {nb}: {int((~fin_y).sum())})")
+                continue
+            same_mask = np.array_equal(fin_x, fin_y) and np.array_equal(x64[~fin_x], y64[~fin_y], equal_nan=True)
+            if not same_mask:
+                fail(f"{leaf}: non-finite values at different positions or of different kind")
+                continue
+            x64, y64 = np.where(fin_x, x64, 0.0), np.where(fin_y, y64, 0.0)
+        diff = float(np.max(np.abs(x64 - y64)))
+        scale = float(np.max(np.abs(y64)))
+        bound = tol.bound(scale)
+        rel = diff / scale if scale > 0 else (0.0 if diff == 0 else float("inf"))
+        ok = diff <= bound
+        result.leaves.append(LeafDiff(key, diff, rel, bound, ok))
+        if not ok:
+            fail(f"{leaf}: max|{na}-{nb}| = {diff:.3g} > {bound:.3g} ({tol}, max|{nb}| = {scale:.3g})")
+    return result
+
+
+def check_pattern(
+    outputs: Mapping[str, np.ndarray], rules: Iterable[tuple[str, str]], *, label: str = "outputs"
+) -> list[str]:
+    """Check the expected zero / non-zero pattern: the lesson of a scenario.
+
+    Args:
+      outputs: flat output dict of one framework.
+      rules: (glob, expectation) pairs; expectation "zero" means every element is
+        exactly 0 (a stopped path gives exact zeros, not small numbers), "nonzero"
+        means at least one element is non-zero and all are finite.
+    Returns:
+      A list of problems, empty when the pattern holds. A rule whose glob matches
+      no key is a problem too, so a renamed output cannot make the lesson vacuous.
+    """
+    problems = []
+    rules = list(rules)
+    if not rules:
+        return [f"{label}: no expected pattern declared"]
+    for glob, expect in rules:
+        keys = [k for k in outputs if fnmatch.fnmatchcase(k, glob)]
+        if not keys:
+            problems.append(f"{label}: pattern {glob!r} ({expect}) matches no output key; keys: {sorted(outputs)}")
+            continue
+        for key in keys:
+            arr = np.asarray(outputs[key], dtype=np.float64)
+            if expect == "zero":
+                if not np.all(arr == 0):
+                    problems.append(f"{label}[{key!r}]: expected exactly zero, max|x| = {np.max(np.abs(arr)):.3g}")
+            elif expect == "nonzero":
+                if not np.all(np.isfinite(arr)) or not np.any(arr != 0):
+                    problems.append(
+                        f"{label}[{key!r}]: expected non-zero and finite, got max|x| = {np.max(np.abs(arr)):.3g}"
+                    )
+            else:
+                raise ValueError(f"pattern rule for {glob!r}: expectation expected 'zero' or 'nonzero', got {expect!r}")
+    return problems

@@ -1,0 +1,54 @@
+"""The scenario registry: every scenario listed once, in teaching order.
+
+A `Scenario` record (shared/records.py) holds what is framework-neutral about a
+scenario: its title, the tutorial claims it comes from (ids of the claims
+checked in the `claims` family), its variants and fixture cases, the fixture
+schema and builder, the float64 oracle, the tolerances per dtype, the expected
+zero / non-zero pattern of its outputs per variant (the lesson, asserted on both
+frameworks so that parity can never pass with both sides equally wrong), and
+the porting notes. Each record lives in `shared/scenarios/<name>.py` next to its
+fixture and oracle; `_MODULES` below is the ordered list.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from shared.records import FAMILIES, Porting, Scenario
+
+__all__ = ["Porting", "Scenario", "SCENARIOS", "FAMILIES", "get", "names"]
+
+# Teaching order. Each entry is a module of shared/scenarios/ defining SPEC.
+_MODULES = (
+    "basics",
+    "linear_regression",
+    "frozen_backbone",
+)
+
+
+def _load() -> dict[str, Scenario]:
+    out: dict[str, Scenario] = {}
+    for mod in _MODULES:
+        spec = importlib.import_module(f"shared.scenarios.{mod}").SPEC
+        if spec.name != mod:
+            raise ValueError(f"shared/scenarios/{mod}.py: SPEC.name expected {mod!r}, got {spec.name!r}")
+        out[spec.name] = spec
+    return out
+
+
+SCENARIOS: Mapping[str, Scenario] = MappingProxyType(_load())
+
+
+def names(family: str | None = None) -> list[str]:
+    """Registered scenario names in teaching order, optionally of one family."""
+    return [n for n, s in SCENARIOS.items() if family is None or s.family == family]
+
+
+def get(name: str) -> Scenario:
+    """The record of a scenario; ValueError listing the valid names if unknown."""
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise ValueError(f"scenario expected one of {names()}, got {name!r}") from None

@@ -1,0 +1,63 @@
+"""CLI: exit codes 0 / 1 / 2, the table, JSON output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shared import cli
+
+
+def test_run_one_scenario_json(tmp_path, capsys) -> None:
+    path = tmp_path / "out.json"
+    assert cli.main(["run", "basics", "--dtype", "float64", "--quiet", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "basics" in out and "PASS" in out and "4/4 cases passed" in out
+    data = json.loads(path.read_text())
+    assert data["ok"] is True and len(data["results"]) == 4
+    assert {r["variant"] for r in data["results"]} == {"z_stopped", "none"}
+    assert all(r["parity"]["ok"] for r in data["results"])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "nope"], "scenario expected one of ['basics',"),
+        (["run", "basics", "--variant", "zz"], "variant expected one of ['none', 'z_stopped'], got 'zz'"),
+    ],
+)
+def test_bad_names_exit_2(argv, message, capsys) -> None:
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err.replace("\n", "")
+
+
+def test_bad_dtype_exit_2() -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "--dtype", "float16"])
+    assert exc.value.code == 2
+
+
+def test_mismatch_exits_1(monkeypatch, capsys) -> None:
+    from torch_impl import basics
+
+    real = basics.run
+    monkeypatch.setattr(basics, "run", lambda fx, v: {**real(fx, v), "z": real(fx, v)["z"] + 1e-3})
+    assert cli.main(["run", "basics", "--variant", "none", "--dtype", "float64", "--quiet"]) == 1
+    assert "max|jax-torch|" in capsys.readouterr().out
+
+
+def test_impl_error_exits_1(monkeypatch, capsys) -> None:
+    from jax_impl import basics
+
+    def broken(fx, v):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(basics, "run", broken)
+    assert cli.main(["run", "basics", "--variant", "none", "--dtype", "float32", "--quiet"]) == 1
+    assert "RuntimeError: boom" in capsys.readouterr().out
+
+
+def test_list(capsys) -> None:
+    assert cli.main(["list"]) == 0
+    assert "frozen_backbone" in capsys.readouterr().out

@@ -1,0 +1,59 @@
+"""The one torch <-> canonical layout conversion: round trip, transposition, shape errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from torch_impl._layout import canonical_grads, canonical_params, load_canonical
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(3, 3, dtype=torch.float64)
+        self.l2 = nn.Linear(3, 2, dtype=torch.float64)
+
+
+def params(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {
+        "l1/kernel": rng.normal(size=(3, 3)),
+        "l1/bias": rng.normal(size=3),
+        "l2/kernel": rng.normal(size=(3, 2)),
+        "l2/bias": rng.normal(size=2),
+    }
+
+
+def test_round_trip_and_square_transpose() -> None:
+    p = params(np.random.default_rng(0))
+    net = load_canonical(Net(), p)
+    back = canonical_params(net)
+    for k in p:
+        np.testing.assert_array_equal(back[k], p[k])
+    # a square kernel loads without error either way: only the transpose gives x @ W + b
+    x = np.random.default_rng(1).normal(size=(4, 3))
+    y = net.l1(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(y, x @ p["l1/kernel"] + p["l1/bias"], rtol=1e-12)
+    assert not np.allclose(y, x @ p["l1/kernel"].T + p["l1/bias"])
+
+
+def test_grads_in_canonical_layout_and_none_as_zero() -> None:
+    p = params(np.random.default_rng(0))
+    net = load_canonical(Net(), p)
+    x = torch.from_numpy(np.random.default_rng(2).normal(size=(4, 3)))
+    net.l1(x).sum().backward()
+    g = canonical_grads(net)
+    np.testing.assert_allclose(g["l1/kernel"], x.numpy().T @ np.ones((4, 3)), rtol=1e-12)
+    assert np.all(g["l2/kernel"] == 0)  # l2 never used: .grad is None, mapped to zeros (P11)
+
+
+def test_load_errors() -> None:
+    p = params(np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"'l2/kernel' expected canonical shape \(3, 2\), got \(2, 3\)"):
+        load_canonical(Net(), {**p, "l2/kernel": p["l2/kernel"].T})
+    with pytest.raises(KeyError, match="no array for parameter 'l1/bias'"):
+        load_canonical(Net(), {k: v for k, v in p.items() if k != "l1/bias"})
+    with pytest.raises(ValueError, match=r"arrays \['l3/kernel'\] match no parameter"):
+        load_canonical(Net(), {**p, "l3/kernel": np.zeros((2, 2))})

@@ -1,0 +1,41 @@
+"""linear_regression: y_hat = x @ w + b with squared error; optionally x stopped.
+
+Gradient flow: loss -> y_hat -> (w, b, x); with x stopped, x -/-> loss.
+Port note: `.backward()` accumulates into `.grad` (zero it between calls);
+jax.grad returns fresh arrays. Dense weight w is a vector here: no layout issue.
+Shapes: B samples, D features.
+Reference: A3 §1.2 (C03); PyTorch docs, autograd mechanics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from shared.losses import check_same_shape
+from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
+
+__all__ = ["predict", "mse_loss", "run"]
+
+
+def predict(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, variant: str) -> torch.Tensor:
+    """y_hat [B] = x [B, D] @ w [D] + b []; x stopped in variant "x_stopped"."""
+    if variant == "x_stopped":
+        x = x.detach()  # GRAD-FLOW: the input is data, not something to learn
+    return x @ w + b
+
+
+def mse_loss(y_hat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """mean((y_hat - y)²), scalar. Raises ValueError if y_hat and y differ in shape."""
+    check_same_shape("mse_loss", y_hat=tuple(y_hat.shape), y=tuple(y.shape))
+    return ((y_hat - y) ** 2).mean()
+
+
+@scenario_run("linear_regression")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; grads/w [D], grads/b [], grads/x [B, D]."""
+    w, b, x = (tensor(fx, k, requires_grad=True) for k in ("w", "b", "x"))
+    y = tensor(fx, "y")
+    loss = mse_loss(predict(w, b, x, variant), y)
+    g_w, g_b, g_x = grads_or_zeros(loss, [w, b, x])
+    return {"loss": numpy(loss), "grads/w": numpy(g_w), "grads/b": numpy(g_b), "grads/x": numpy(g_x)}
