@@ -18,7 +18,7 @@ from shared.parity import Tolerance
 
 __all__ = ["Porting", "Scenario", "FAMILIES"]
 
-FAMILIES = ("scenario", "pitfall")
+FAMILIES = ("scenarios", "pitfalls")
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Scenario:
     Attributes:
       name: module name in torch_impl/ and jax_impl/.
       title: one line.
-      family: "scenario" or "pitfall".
+      family: "scenarios" or "pitfalls" (the CLI's --family).
       claims: ids of the tutorial claims it checks (e.g. ("C03",)), or () if none.
       source: article and section, e.g. "A3 §1.2", or the pitfall id "P07".
       lesson: what the scenario teaches, one or two sentences.

@@ -36,7 +36,7 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
 SPEC = Scenario(
     name="basics",
     title="detach / stop_gradient: same value, no gradient",
-    family="scenario",
+    family="scenarios",
     claims=("C01", "C02", "C04"),
     source="A1 §2.1–2.2, A2 intro, A3 §2.1",
     lesson=(

@@ -110,7 +110,7 @@ def _pattern(grads_backbone: str, moved_backbone: str) -> tuple[tuple[str, str],
 SPEC = Scenario(
     name="frozen_backbone",
     title="Transfer learning: a frozen backbone under AdamW with weight decay",
-    family="scenario",
+    family="scenarios",
     claims=("C06", "C07", "C16"),
     source="A1 §3.1, A2 §1",
     lesson=(

@@ -49,7 +49,7 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
 SPEC = Scenario(
     name="linear_regression",
     title="y = w·x + b: gradients by hand, and x stopped",
-    family="scenario",
+    family="scenarios",
     claims=("C03",),
     source="A3 §1.2",
     lesson=(
