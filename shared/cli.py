@@ -11,6 +11,7 @@ message lists the valid names).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import platform
 import sys
@@ -161,8 +162,21 @@ def _add_list(sub) -> None:
     p.set_defaults(func=cmd_list)
 
 
-# name -> function adding the subparser; other modules append their subcommands here.
-SUBCOMMANDS: dict[str, Callable] = {"run": _add_run, "list": _add_list}
+def _lazy(module: str, func: str) -> Callable:
+    """A subparser adder imported only when the parser is built (keeps `import shared.cli` light)."""
+
+    def add(sub) -> None:
+        importlib.import_module(module).__dict__[func](sub)
+
+    return add
+
+
+# name -> function adding the subparser; one line per subcommand.
+SUBCOMMANDS: dict[str, Callable] = {
+    "run": _add_run,
+    "list": _add_list,
+    "docs": _lazy("shared.docs", "add_docs"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
