@@ -53,10 +53,10 @@ SPEC = Scenario(
         "none": (("grads/x_via_z", "nonzero"), ("grads/x_total", "nonzero"), ("z", "nonzero")),
     },
     porting=Porting(
-        torch="z = y.detach()  (shares storage with y; requires_grad False, grad_fn None)",
-        jax="z = jax.lax.stop_gradient(y)  (a new immutable array)",
+        torch="`z = y.detach()` (shares storage with y; `requires_grad` False, `grad_fn` None)",
+        jax="`z = jax.lax.stop_gradient(y)` (a new immutable array)",
         trap=(
-            "backward() through a detached result raises in torch ('element 0 of tensors does not "
+            "`backward()` through a detached result raises in torch ('element 0 of tensors does not "
             "require grad'); the same program in JAX silently returns a zero gradient."
         ),
     ),

@@ -129,11 +129,11 @@ SPEC = Scenario(
         "naive_stop_gradient": _pattern("zero", "nonzero"),
     },
     porting=Porting(
-        torch="model.backbone.requires_grad_(False); AdamW(model.head.parameters()) — or features.detach(), .grad stays None",
-        jax="nnx.Optimizer(model, optax.adamw(...), wrt=head_filter) and nnx.grad(..., argnums=nnx.DiffState(0, head_filter))",
+        torch="`model.backbone.requires_grad_(False)`; `AdamW(model.head.parameters())` (or `features.detach()`: `.grad` stays None, AdamW skips it)",
+        jax="`nnx.Optimizer(model, optax.adamw(...), wrt=HEAD)` and `nnx.grad(..., argnums=nnx.DiffState(0, HEAD))`",
         trap=(
-            "stop_gradient makes a zero gradient, not a missing one: optax.adamw still applies weight "
-            "decay to it. Keep frozen leaves out of the optimizer (wrt filter, optax.partition)."
+            "`stop_gradient` makes a zero gradient, not a missing one: `optax.adamw` still applies weight "
+            "decay to it. Keep frozen leaves out of the optimizer (`wrt=` filter, `optax.partition`)."
         ),
     ),
 )

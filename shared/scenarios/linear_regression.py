@@ -66,8 +66,8 @@ SPEC = Scenario(
         "x_stopped": (("grads/w", "nonzero"), ("grads/b", "nonzero"), ("grads/x", "zero")),
     },
     porting=Porting(
-        torch="x = x.detach(); loss.backward(); w.grad, b.grad (x.grad stays None)",
-        jax="jax.grad(loss, argnums=(0, 1, 2))(w, b, x) with x = jax.lax.stop_gradient(x) inside",
-        trap="torch accumulates into .grad across backward calls; jax.grad returns fresh gradients each call.",
+        torch="`x = x.detach()`; `loss.backward()`; read `w.grad`, `b.grad` (`x.grad` stays None)",
+        jax="`jax.grad(loss, argnums=(0, 1, 2))(w, b, x)` with `x = jax.lax.stop_gradient(x)` inside",
+        trap="torch accumulates into `.grad` across backward calls; `jax.grad` returns fresh gradients each call.",
     ),
 )
