@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["RULES", "load_canonical", "canonical_params", "canonical_grads"]
+__all__ = ["RULES", "load_canonical", "canonical_params", "canonical_grads", "canonical_named"]
 
 _T: Callable[[np.ndarray], np.ndarray] = lambda a: a.T  # noqa: E731  [in, out] <-> [out, in]
 _ID: Callable[[np.ndarray], np.ndarray] = lambda a: a  # noqa: E731
@@ -77,4 +77,34 @@ def canonical_grads(module: nn.Module) -> dict[str, np.ndarray]:
     for key, param, _, to_canon in _leaves(module):
         g = torch.zeros_like(param) if param.grad is None else param.grad
         out[key] = to_canon(g.detach().cpu().numpy()).copy()
+    return out
+
+
+def canonical_named(module: nn.Module, tensors: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    """Tensors keyed by torch parameter name (`l1.weight`, as `named_parameters()` and
+    `torch.func.functional_call` use) in canonical layout (`l1/kernel`), as numpy copies.
+
+    For parameter dicts that live outside the module, e.g. MAML's adapted parameters.
+    Raises:
+      KeyError: a parameter of the module has no tensor.  ValueError: a shape differs, or extra tensors.
+    """
+    out, seen = {}, set()
+    for path, sub in module.named_modules():
+        for leaf, attr, _, to_canon in RULES.get(type(sub), ()):
+            if getattr(sub, attr) is None:
+                continue
+            name = f"{path}.{attr}" if path else attr
+            if name not in tensors:
+                raise KeyError(f"canonical_named: no tensor for parameter {name!r}; given {sorted(tensors)}")
+            value = tensors[name]
+            if tuple(value.shape) != tuple(getattr(sub, attr).shape):
+                raise ValueError(
+                    f"canonical_named: {name!r} expected shape {tuple(getattr(sub, attr).shape)}, got {tuple(value.shape)}"
+                )
+            key = f"{path.replace('.', '/')}/{leaf}" if path else leaf
+            out[key] = to_canon(value.detach().cpu().numpy()).copy()
+            seen.add(name)
+    extra = sorted(set(tensors) - seen)
+    if extra:
+        raise ValueError(f"canonical_named: tensors {extra} match no parameter of {type(module).__name__}")
     return out
