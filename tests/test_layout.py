@@ -57,3 +57,14 @@ def test_load_errors() -> None:
         load_canonical(Net(), {k: v for k, v in p.items() if k != "l1/bias"})
     with pytest.raises(ValueError, match=r"arrays \['l3/kernel'\] match no parameter"):
         load_canonical(Net(), {**p, "l3/kernel": np.zeros((2, 2))})
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_grads_after_create_graph_are_plain_arrays() -> None:
+    # with create_graph=True, .grad itself requires grad: canonical_grads must cut it from the graph
+    net = load_canonical(Net(), params(np.random.default_rng(0)))
+    x = torch.from_numpy(np.random.default_rng(3).normal(size=(2, 3)))
+    (net.l1(x) ** 2).sum().backward(create_graph=True)
+    assert net.l1.weight.grad.requires_grad
+    g = canonical_grads(net)
+    assert isinstance(g["l1/kernel"], np.ndarray) and g["l1/kernel"].shape == (3, 3)

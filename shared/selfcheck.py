@@ -1,0 +1,349 @@
+"""Mutation self-check: remove each gradient-stopping construct and prove a test fails.
+
+`detach-parity selfcheck` parses every module of torch_impl/ and jax_impl/ with
+`ast`, finds each gradient-control site — `.detach()`, `.detach_()`,
+`torch.no_grad()`, `torch.inference_mode()`, `requires_grad_(False)` /
+`requires_grad=False`, `jax.lax.stop_gradient(x)`, parameter filters that freeze
+(`nnx.Optimizer(..., wrt=F)`, `nnx.DiffState(i, F)`), `optax.set_to_zero()` —
+plus a few arithmetic sites a lesson depends on (`1 - done`, `ddof=`,
+`correction=`, `create_graph=True`), and makes one mutant per site that removes
+it. Each mutant is written into a temporary copy of the repository and the tests
+that cover its module are run there (`tests/test_parity.py -k <module>` and the
+test files that name it). A mutant is *killed* when those tests fail; a
+surviving mutant is a missing assertion.
+
+Speed: the parent imports torch, JAX and pytest once and forks one child per
+mutant (no interpreter start, no re-import); two children run at a time, each in
+its own copy. Exit status 1 if any mutant survives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["Site", "find_sites", "covering_tests", "selfcheck"]
+
+ROOT = Path(__file__).resolve().parents[1]
+IMPL_DIRS = ("torch_impl", "jax_impl")
+# test files that check the whole tree rather than a scenario's behaviour: a
+# mutant failing them (e.g. formatting) would be killed for the wrong reason
+GLOBAL_TESTS = {
+    "test_lint.py",
+    "test_mirror.py",
+    "test_docs.py",
+    "test_fixtures.py",
+    "test_parity.py",
+    "test_selfcheck.py",
+    "test_cli.py",
+}
+
+
+@dataclass(frozen=True)
+class Site:
+    """One mutation: replace bytes [start, end) of `path` by `replacement`."""
+
+    path: str  # relative to the repository root
+    line: int
+    construct: str
+    module: str  # file stem: the scenario (or helper module) it belongs to
+    start: int
+    end: int
+    original: str
+    replacement: str
+    kind: str  # "stop" (gradient control removed) or "arith" (lesson arithmetic changed)
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _dotted(node: ast.AST) -> str:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+class _Finder(ast.NodeVisitor):
+    def __init__(self, src: bytes, rel: str, module: str) -> None:
+        self.src, self.rel, self.module = src, rel, module
+        self.offsets = [0]
+        for line in src.split(b"\n"):
+            self.offsets.append(self.offsets[-1] + len(line) + 1)
+        self.sites: list[Site] = []
+
+    def _span(self, node: ast.AST) -> tuple[int, int]:
+        return (
+            self.offsets[node.lineno - 1] + node.col_offset,  # type: ignore[attr-defined]
+            self.offsets[node.end_lineno - 1] + node.end_col_offset,  # type: ignore[attr-defined]
+        )
+
+    def _text(self, node: ast.AST) -> str:
+        a, b = self._span(node)
+        return self.src[a:b].decode()
+
+    def _add(self, node: ast.AST, construct: str, replacement: str, kind: str = "stop") -> None:
+        a, b = self._span(node)
+        self.sites.append(
+            Site(self.rel, node.lineno, construct, self.module, a, b, self.src[a:b].decode(), replacement, kind)  # type: ignore[attr-defined]
+        )
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = _dotted(node.func)
+        attr = node.func.attr if isinstance(node.func, ast.Attribute) else ""
+        if attr in ("detach", "detach_") and not node.args:
+            self._add(node, f".{attr}()", f"({self._text(node.func.value)})")  # type: ignore[attr-defined]
+        elif name in ("torch.no_grad", "torch.inference_mode"):
+            self._add(node, f"{name}()", "torch.enable_grad()")
+        elif (
+            attr == "requires_grad_"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value is False
+        ):
+            self._add(node.args[0], "requires_grad_(False)", "True")
+        elif name.endswith("stop_gradient") and len(node.args) == 1:
+            self._add(node, "jax.lax.stop_gradient(x)", f"({self._text(node.args[0])})")
+        elif name.endswith("set_to_zero") and name.startswith("optax"):
+            self._add(node, "optax.set_to_zero()", "optax.identity()")
+        elif name.endswith("DiffState") and len(node.args) == 2 and _dotted(node.args[1]) != "nnx.Param":
+            self._add(node.args[1], "nnx.DiffState filter", "nnx.Param")
+        for kw in node.keywords:
+            if kw.arg == "requires_grad" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
+                self._add(kw.value, "requires_grad=False", "True")
+            elif kw.arg == "wrt" and name.endswith("Optimizer") and _dotted(kw.value) != "nnx.Param":
+                self._add(kw.value, "nnx.Optimizer(wrt=filter)", "nnx.Param")
+            elif kw.arg in ("ddof", "correction") and isinstance(kw.value, ast.Constant) and kw.value.value in (0, 1):
+                self._add(kw.value, f"{kw.arg}={kw.value.value}", str(1 - kw.value.value), "arith")
+            elif kw.arg == "create_graph" and isinstance(kw.value, ast.Constant) and kw.value.value is True:
+                self._add(kw.value, "create_graph=True", "False", "arith")
+        self.generic_visit(node)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if (
+            isinstance(node.op, ast.Sub)
+            and isinstance(node.left, ast.Constant)
+            and node.left.value == 1
+            and "done" in self._text(node.right)
+        ):
+            self._add(node, "(1 - done)", "1", "arith")
+        self.generic_visit(node)
+
+
+def find_sites(root: Path = ROOT) -> list[Site]:
+    """Every mutation site in torch_impl/*.py and jax_impl/*.py, in file and line order."""
+    sites: list[Site] = []
+    for d in IMPL_DIRS:
+        for path in sorted((root / d).glob("*.py")):
+            if path.name == "__init__.py":
+                continue
+            src = path.read_bytes()
+            finder = _Finder(src, f"{d}/{path.name}", path.stem)
+            finder.visit(ast.parse(src))
+            sites.extend(sorted(finder.sites, key=lambda s: s.start))
+    return sites
+
+
+def covering_tests(module: str, root: Path = ROOT) -> list[str]:
+    """pytest arguments for the tests that cover a module of torch_impl/ or jax_impl/.
+
+    A registered scenario: its parity cases plus every test file that names it.
+    A private helper (`_common`, `_layout`): the layout tests and one scenario's cases.
+    """
+    from shared.docs import scenario_tests
+    from shared.registry import SCENARIOS
+
+    if module.startswith("_"):
+        return ["tests/test_layout.py", "tests/test_parity.py", "-k", "layout or frozen_backbone or basics"]
+    files = [f for f in scenario_tests(module, root) if Path(f).name not in GLOBAL_TESTS]
+    own = root / "tests" / f"test_{module}.py"
+    if own.exists() and f"tests/{own.name}" not in files:
+        files.append(f"tests/{own.name}")
+    keywords = [module] + [Path(f).stem for f in files]
+    args = (["tests/test_parity.py"] if module in SCENARIOS else []) + files
+    if not args:
+        return []
+    return args + ["-k", " or ".join(keywords)]
+
+
+def _copy_tree(root: Path, dest: Path) -> Path:
+    ignore = shutil.ignore_patterns(
+        ".venv", ".git", "site", "reports", "__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"
+    )
+    shutil.copytree(root, dest, ignore=ignore)
+    return dest
+
+
+def _child(copy: Path, args: list[str]) -> None:
+    """In a forked child: run pytest on the mutated copy and exit with its status."""
+    import sys
+
+    import pytest
+
+    os.chdir(copy)
+    sys.path.insert(0, str(copy))
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    rc = pytest.main(["-x", "-q", "-p", "no:cacheprovider", "-W", "ignore::pytest.PytestAssertRewriteWarning", *args])
+    os._exit(int(rc))
+
+
+def _preload() -> None:
+    """Import the heavy frameworks once in the parent, without starting any JAX backend."""
+    import flax.nnx  # noqa: F401
+    import jax  # noqa: F401
+    import numpy  # noqa: F401
+    import optax  # noqa: F401
+    import pytest  # noqa: F401
+    import torch  # noqa: F401
+
+
+@dataclass
+class Outcome:
+    site: Site
+    status: str  # "killed" | "survived" | "uncovered" | "error"
+    seconds: float
+    exit_code: int
+
+    def to_json(self) -> dict:
+        d = asdict(self.site)
+        d.update(status=self.status, seconds=round(self.seconds, 2), exit_code=self.exit_code)
+        return d
+
+
+def selfcheck(
+    sites: list[Site], root: Path = ROOT, jobs: int = 2, timeout: float = 240.0, on_done=None
+) -> list[Outcome]:
+    """Run one mutant per site; returns an Outcome per site in the order of `sites`.
+
+    Exit codes of the covering run: 1 (tests failed) = killed; 0 = survived;
+    5 (no test collected) = uncovered; anything else (crash, timeout) = error.
+    """
+    _preload()
+    outcomes: dict[int, Outcome] = {}
+    with tempfile.TemporaryDirectory(prefix="selfcheck-") as tmp:
+        copies = [_copy_tree(root, Path(tmp) / f"copy{i}") for i in range(jobs)]
+        free = list(range(jobs))
+        running: dict[int, tuple[int, int, float]] = {}  # pid -> (site index, slot, start)
+        queue = list(enumerate(sites))
+
+        def finish(pid: int, status_word: int) -> None:
+            idx, slot, start = running.pop(pid)
+            site = sites[idx]
+            (copies[slot] / site.path).write_bytes((root / site.path).read_bytes())  # restore
+            code = os.waitstatus_to_exitcode(status_word)
+            status = {1: "killed", 0: "survived", 5: "uncovered"}.get(code, "error")
+            outcomes[idx] = Outcome(site, status, time.perf_counter() - start, code)
+            free.append(slot)
+            if on_done:
+                on_done(outcomes[idx])
+
+        while queue or running:
+            while queue and free:
+                idx, site = queue.pop(0)
+                args = covering_tests(site.module, root)
+                if not args:
+                    outcomes[idx] = Outcome(site, "uncovered", 0.0, 5)
+                    if on_done:
+                        on_done(outcomes[idx])
+                    continue
+                slot = free.pop()
+                src = (root / site.path).read_bytes()
+                mutated = src[: site.start] + site.replacement.encode() + src[site.end :]
+                (copies[slot] / site.path).write_bytes(mutated)
+                pid = os.fork()
+                if pid == 0:  # pragma: no cover - child process
+                    try:
+                        _child(copies[slot], args)
+                    finally:
+                        os._exit(3)
+                running[pid] = (idx, slot, time.perf_counter())
+            pid, status_word = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                for p, (_, _, start) in list(running.items()):
+                    if time.perf_counter() - start > timeout:
+                        os.kill(p, 9)
+                time.sleep(0.05)
+                continue
+            finish(pid, status_word)
+    return [outcomes[i] for i in range(len(sites))]
+
+
+def cmd_selfcheck(args: argparse.Namespace, console) -> int:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    sites = find_sites()
+    if args.module:
+        sites = [s for s in sites if s.module in args.module]
+    if args.list:
+        for s in sites:
+            console.print(f"{s.where}  {s.construct}  [{s.module}]  {s.original!r} -> {s.replacement!r}", markup=False)
+        return 0
+    if not sites:
+        console.print("no mutation site found")
+        return 1
+    start = time.perf_counter()
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    ) as progress:
+        task = progress.add_task("mutants", total=len(sites))
+
+        def done(o: Outcome) -> None:
+            progress.update(task, advance=1, description=f"{o.site.where} {o.status}")
+
+        outcomes = selfcheck(sites, jobs=args.jobs, on_done=done)
+    elapsed = time.perf_counter() - start
+    table = Table(title="detach-parity selfcheck: one mutant per gradient-control site", header_style="bold")
+    for col in ("site", "construct", "module", "mutant", "status", "s"):
+        table.add_column(col, no_wrap=col != "mutant")
+    for o in outcomes:
+        style = "green" if o.status == "killed" else "red"
+        table.add_row(
+            o.site.where,
+            o.site.construct,
+            o.site.module,
+            f"{o.site.original} → {o.site.replacement}",
+            f"[{style}]{o.status}[/]",
+            f"{o.seconds:.1f}",
+        )
+    console.print(table)
+    killed = sum(o.status == "killed" for o in outcomes)
+    console.print(f"{killed}/{len(outcomes)} mutants killed ({100 * killed / len(outcomes):.0f} %) in {elapsed:.0f} s")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "killed": killed,
+                    "total": len(outcomes),
+                    "seconds": round(elapsed, 1),
+                    "mutants": [o.to_json() for o in outcomes],
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+    return 0 if killed == len(outcomes) else 1
+
+
+def add_selfcheck(sub) -> None:
+    p = sub.add_parser(
+        "selfcheck", help="mutation self-check: every gradient-control site must be covered by a failing test"
+    )
+    p.add_argument("module", nargs="*", help="only these modules (file stems, e.g. frozen_backbone)")
+    p.add_argument("--jobs", type=int, default=2, help="mutants run at a time (default 2)")
+    p.add_argument("--list", action="store_true", help="list the sites and mutants, run nothing")
+    p.add_argument("--json", metavar="PATH", help="also write the outcomes as JSON")
+    p.set_defaults(func=cmd_selfcheck)

@@ -1,0 +1,75 @@
+"""The mutation self-check finds every kind of gradient-control site and really kills a mutant."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from shared import selfcheck
+
+SOURCE = textwrap.dedent(
+    '''
+    import jax, optax, torch
+    from flax import nnx
+    def f(x, y, done, model, tx, HEAD):
+        """é: non-ASCII text before the sites checks byte offsets."""
+        a = x.detach()  # GRAD-FLOW: é
+        x.detach_()
+        with torch.no_grad():
+            pass
+        with torch.inference_mode():
+            pass
+        model.requires_grad_(False)
+        t = torch.zeros(2, requires_grad=False)
+        b = jax.lax.stop_gradient(y * 2)
+        opt = nnx.Optimizer(model, tx, wrt=HEAD)
+        d = nnx.DiffState(0, HEAD)
+        z = optax.set_to_zero()
+        y = r + 0.9 * (1 - done) * q
+        s = jax.numpy.std(x, ddof=1)
+        g = torch.autograd.grad(a, [x], create_graph=True)
+    '''
+)
+
+
+def test_find_sites_each_construct(tmp_path) -> None:
+    (tmp_path / "torch_impl").mkdir()
+    (tmp_path / "jax_impl").mkdir()
+    (tmp_path / "torch_impl" / "demo.py").write_text(SOURCE, encoding="utf-8")
+    sites = selfcheck.find_sites(tmp_path)
+    constructs = [s.construct for s in sites]
+    assert constructs == [
+        ".detach()",
+        ".detach_()",
+        "torch.no_grad()",
+        "torch.inference_mode()",
+        "requires_grad_(False)",
+        "requires_grad=False",
+        "jax.lax.stop_gradient(x)",
+        "nnx.Optimizer(wrt=filter)",
+        "nnx.DiffState filter",
+        "optax.set_to_zero()",
+        "(1 - done)",
+        "ddof=1",
+        "create_graph=True",
+    ]
+    src = SOURCE.encode()
+    for s in sites:
+        assert src[s.start : s.end].decode() == s.original  # byte offsets survive the non-ASCII docstring
+        mutated = src[: s.start] + s.replacement.encode() + src[s.end :]
+        ast.parse(mutated)  # every mutant is valid Python
+    by = {s.construct: s for s in sites}
+    assert by["jax.lax.stop_gradient(x)"].replacement == "(y * 2)"
+    assert by["(1 - done)"].replacement == "1" and by["(1 - done)"].kind == "arith"
+
+
+def test_covering_tests_for_a_scenario() -> None:
+    args = selfcheck.covering_tests("basics")
+    assert args[0] == "tests/test_parity.py" and "tests/test_basics.py" in args
+    assert "tests/test_lint.py" not in args and args[-2] == "-k"
+
+
+def test_a_real_mutant_is_killed() -> None:
+    site = next(s for s in selfcheck.find_sites() if s.path == "jax_impl/basics.py" and "stop_gradient" in s.construct)
+    (outcome,) = selfcheck.selfcheck([site], jobs=1)
+    assert outcome.status == "killed" and outcome.exit_code == 1
