@@ -20,9 +20,19 @@ __all__ = ["RULES", "load_canonical", "canonical_params", "canonical_grads", "ca
 _T: Callable[[np.ndarray], np.ndarray] = lambda a: a.T  # noqa: E731  [in, out] <-> [out, in]
 _ID: Callable[[np.ndarray], np.ndarray] = lambda a: a  # noqa: E731
 
+# nn.RNNCell / nn.GRUCell: weight_ih [gates*H, in] <-> ih/kernel [in, gates*H], GRU gate blocks r | z | n
+_RNN_CELL = (
+    ("ih/kernel", "weight_ih", _T, _T),
+    ("ih/bias", "bias_ih", _ID, _ID),
+    ("hh/kernel", "weight_hh", _T, _T),
+    ("hh/bias", "bias_hh", _ID, _ID),
+)
+
 # module type -> (canonical leaf, torch attribute, canonical->torch, torch->canonical)
 RULES: dict[type, tuple[tuple[str, str, Callable, Callable], ...]] = {
     nn.Linear: (("kernel", "weight", _T, _T), ("bias", "bias", _ID, _ID)),
+    nn.RNNCell: _RNN_CELL,
+    nn.GRUCell: _RNN_CELL,
 }
 
 
