@@ -1,0 +1,95 @@
+"""feature_stats: per-feature mean and std of stopped features, logged inside a training step.
+
+Gradient flow: loss -> head -> features -> encoder flows; features -/-> monitor
+(stop_gradient, returned as value_and_grad's aux), so the training gradient is
+bit-for-bit the same with or without monitoring. Stopping the features the head
+reads (`detach_features`, C22's "detach features promptly") stops the encoder's training.
+Port note: jnp.std divides by B (ddof=0); torch's `x.std()` divides by B - 1. Port it
+as `jnp.std(x, ddof=1)`; `naive_ddof0` is the port that forgets it (smaller by
+sqrt((B-1)/B)). One sample (B = 1): ddof=1 gives NaN, as torch; ddof=0 would give 0.
+Shapes: B samples, D inputs, H features, O outputs.
+Reference: JAX docs, jax.numpy.std (ddof argument, default 0).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jax_impl._common import array, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
+from shared.losses import check_same_shape
+
+__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "run"]
+
+DDOF = {"ported": 1, "population": 0, "detach_features": 1}
+
+
+class Regressor(nnx.Module):
+    """features [B, H] = tanh(encoder(x [B, D])); pred [B, O] = head(features)."""
+
+    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.encoder = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
+        self.head = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+        features = jnp.tanh(self.encoder(x))
+        head_input = features
+        if variant == "detach_features":
+            head_input = jax.lax.stop_gradient(
+                features
+            )  # GRAD-FLOW: the head reads fixed features: the encoder stops training
+        return self.head(head_input), features
+
+
+def build_model(fx) -> Regressor:
+    """A Regressor loaded with the fixture's canonical parameters."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
+    return load_params(Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+
+
+def feature_stats(features: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+    """Per-feature mean [H] and std [H] over the batch of features [B, H], stopped.
+
+    std divisor: B - 1 (ddof=1, torch's default), B in variant "population".
+    B = 1 gives std NaN with ddof=1 (0 / 0), as torch.
+    """
+    h = jax.lax.stop_gradient(features)  # GRAD-FLOW: monitoring reads the features, never trains them
+    if variant == "naive_ddof0":
+        return jnp.mean(h, axis=0), jnp.std(h, axis=0)  # the naive port: jnp's default ddof=0
+    return jnp.mean(h, axis=0), jnp.std(h, axis=0, ddof=DDOF[variant])
+
+
+def mse(pred: jax.Array, y: jax.Array) -> jax.Array:
+    """mean((pred - y)²) over pred [B, O] and y [B, O]. Raises ValueError on a shape mismatch."""
+    check_same_shape("mse", pred=pred.shape, y=y.shape)
+    return jnp.mean((pred - y) ** 2)
+
+
+def _loss(model, x, y, variant, monitor):
+    pred, features = model(x, variant)
+    stats = feature_stats(features, variant) if monitor else None
+    return mse(pred, y), stats
+
+
+@nnx.jit(static_argnames=("variant", "monitor"))
+def train_step(model: Regressor, x: jax.Array, y: jax.Array, variant: str, monitor: bool = True):
+    """Loss and gradients of one step, with the feature statistics when `monitor`.
+
+    Returns (loss [], gradient State, (mean [H], std [H]) or None); aux is never differentiated.
+    """
+    (loss, stats), grads = nnx.value_and_grad(_loss, has_aux=True)(model, x, y, variant, monitor)
+    return loss, grads, stats
+
+
+@scenario_run("feature_stats")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; grads/<param> (canonical); stats/mean, stats/std [H] of the stopped features."""
+    model = build_model(fx)
+    x, y = array(fx, "x"), array(fx, "y")
+    loss, grads, (mean, std) = train_step(model, x, y, variant)
+    out = {"loss": numpy(loss), "stats/mean": numpy(mean), "stats/std": numpy(std)}
+    out.update({f"grads/{k}": g for k, g in fill_zero_grads(flat(grads), params_of(model)).items()})
+    return out
