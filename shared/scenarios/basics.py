@@ -22,7 +22,7 @@ SCHEMA = {
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
     if case == "article":  # A1 §2.2 / C01: y = [2, 4, 6]
         return {"x": np.array([1.0, 2.0, 3.0]), "c": np.ones(3), "d": np.ones(3)}
-    n = 5
+    n = int(rng.integers(2, 7))  # a small random size: property tests vary shapes through the seed
     return {"x": rng.normal(size=n), "c": rng.normal(size=n), "d": rng.normal(size=n)}
 
 

@@ -41,7 +41,7 @@ HEAD_ONLY = ("freeze_params", "detach_features")  # only the head is given to th
 
 
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
-    sizes = {"B": 6, "D": 4, "H": 5, "C": 3}
+    sizes = dict(zip("BDHC", (int(v) for v in rng.integers(2, 7, size=4)), strict=True))  # small, from the seed
     out = {"x": rng.normal(size=(sizes["B"], sizes["D"])), "labels": rng.integers(0, sizes["C"], size=sizes["B"])}
     for key, shape in PARAMS.items():
         out[f"params/{key}"] = 0.5 * rng.normal(size=tuple(sizes[d] for d in shape))

@@ -22,7 +22,7 @@ SCHEMA = {
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
     if case == "article":
         return {"x": np.array([[2.0]]), "y": np.array([5.0]), "w": np.array([3.0]), "b": np.array(1.0)}
-    bsz, d = 6, 3
+    bsz, d = (int(v) for v in rng.integers(2, 7, size=2))  # small random shapes, drawn from the seed
     return {
         "x": rng.normal(size=(bsz, d)),
         "y": rng.normal(size=bsz),

@@ -1,0 +1,28 @@
+"""Two runs of `detach-parity run --json` give identical files apart from timing fields."""
+
+from __future__ import annotations
+
+import json
+
+from shared import cli
+
+TIMING = {"seconds"}
+
+
+def strip_timing(obj):
+    if isinstance(obj, dict):
+        return {k: strip_timing(v) for k, v in obj.items() if k not in TIMING}
+    if isinstance(obj, list):
+        return [strip_timing(v) for v in obj]
+    return obj
+
+
+def test_run_json_is_deterministic(tmp_path) -> None:
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path in paths:
+        argv = ["run", "basics", "frozen_backbone", "--seed", "7", "--quiet", "--json", str(path)]
+        assert cli.main(argv) == 0
+    a, b = (json.loads(p.read_text()) for p in paths)
+    assert a["results"] and len(a["results"]) == len(b["results"])
+    assert "seconds" in a and "seconds" in a["results"][0]  # timing is there, and only there
+    assert strip_timing(a) == strip_timing(b)
