@@ -25,6 +25,7 @@ _MODULES = (
     "basics",
     "linear_regression",
     "frozen_backbone",
+    "multitask",
 )
 
 

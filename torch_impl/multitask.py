@@ -1,0 +1,87 @@
+"""multitask: a shared trunk and two heads; isolate one task from the trunk.
+
+Gradient flow: loss1 -> head1 -> trunk; loss2 -> head2 -/-> trunk when task 2 is
+isolated (head2 reads features.detach()). The isolated head still learns: the stop
+is on its input, not on its parameters.
+Port note: `features.detach()` becomes `jax.lax.stop_gradient(features)`; one
+backward of the scalar total (loss1 + loss2) becomes one nnx.value_and_grad.
+Calling backward() on a non-scalar output raises in torch, as jax.grad does.
+Shapes: B samples, D inputs, H trunk features, C classes of task 2.
+Reference: Caruana 1997, "Multitask Learning", doi:10.1023/A:1007379606734.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shared.losses import check_same_shape
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_grads, load_canonical
+
+__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "run"]
+
+
+class MultiTaskNet(nn.Module):
+    """pred1 [B] = head1(f1), logits2 [B, C] = head2(f2), f = tanh(trunk(x [B, D])) [B, H]."""
+
+    def __init__(self, d: int, h: int, c: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.trunk = nn.Linear(d, h, dtype=dtype)
+        self.head1 = nn.Linear(h, 1, dtype=dtype)
+        self.head2 = nn.Linear(h, c, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+        features = torch.tanh(self.trunk(x))  # [B, H]
+        f1 = f2 = features
+        if variant == "isolate_task1":
+            f1 = features.detach()  # GRAD-FLOW: task 1 trains its head only, not the trunk
+        if variant == "isolate_task2":
+            f2 = features.detach()  # GRAD-FLOW: task 2 trains its head only, not the trunk
+        return self.head1(f1).squeeze(-1), self.head2(f2)
+
+
+def build_model(fx) -> MultiTaskNet:
+    """A MultiTaskNet loaded with the fixture's canonical parameters (dtype of the fixture)."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
+    return load_canonical(MultiTaskNet(d, h, c, getattr(torch, fx.dtype)), params)
+
+
+def task_losses(
+    pred1: torch.Tensor, y1: torch.Tensor, logits2: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss1, loss2): mean squared error of pred1 [B] vs y1 [B]; cross-entropy of logits2 [B, C] vs labels [B] int.
+
+    Raises:
+      ValueError: pred1 and y1 differ in shape (e.g. [B, 1] vs [B]), or a batch size mismatch.
+    Reference: Caruana 1997.
+    """
+    check_same_shape("task_losses", pred1=tuple(pred1.shape), y1=tuple(y1.shape))
+    check_same_shape("task_losses", logits2_batch=tuple(logits2.shape[:1]), labels=tuple(labels.shape))
+    return F.mse_loss(pred1, y1), F.cross_entropy(logits2, labels)
+
+
+def loss_and_grads(
+    model: MultiTaskNet, x: torch.Tensor, y1: torch.Tensor, labels: torch.Tensor, variant: str
+) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], dict[str, np.ndarray]]:
+    """(total, (loss1, loss2), canonical gradients of the total) after one backward of loss1 + loss2."""
+    model.zero_grad(set_to_none=True)
+    pred1, logits2 = model(x, variant)
+    loss1, loss2 = task_losses(pred1, y1, logits2, labels)
+    total = loss1 + loss2
+    total.backward()
+    return total, (loss1, loss2), canonical_grads(model)
+
+
+@scenario_run("multitask")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss, loss_task1, loss_task2 []; grads/<param> of the total loss (trunk, head1, head2)."""
+    model = build_model(fx)
+    x, y1, labels = tensor(fx, "x"), tensor(fx, "y1"), tensor(fx, "labels")
+    total, (loss1, loss2), grads = loss_and_grads(model, x, y1, labels, variant)
+    out = {"loss": numpy(total), "loss_task1": numpy(loss1), "loss_task2": numpy(loss2)}
+    out.update({f"grads/{k}": g for k, g in grads.items()})
+    return out
