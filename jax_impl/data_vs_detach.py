@@ -1,0 +1,72 @@
+"""data_vs_detach: zeros written into an activation that autograd saved for backward.
+
+Gradient flow: x -> out = σ(x) -> loss flows; the zeros land in a new array, so
+nothing the gradient reads can change.
+Port note: torch's three spellings (`out.data`, `out.detach()`, `out.detach().clone()`,
+then `.zero_()`) become one JAX program: stop_gradient, then `.at[].set`, which
+returns a new array. torch's `.data` write silently corrupts the gradient and its
+`.detach()` write raises; JAX has neither hazard. Porting JAX to torch, clone first.
+Shapes: N elements.
+Reference: JAX docs, "JAX - The Sharp Bits: in-place updates" (jax.numpy.ndarray.at).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl._common import array, numpy, scenario_run
+
+__all__ = ["write_zeros", "step", "run"]
+
+HOW = ("detach_clone", "data_inplace", "detach_inplace")
+
+
+def write_zeros(out: jax.Array, how: str) -> jax.Array:
+    """Zeros written into a stopped copy of out [N]: a new array [N]; `out` is unchanged.
+
+    how: the torch spelling being ported; all three are the same program in JAX.
+    Raises:
+      ValueError: unknown `how`.
+    """
+    if how == "data_inplace":
+        buf = jax.lax.stop_gradient(out)  # GRAD-FLOW: out's values hidden from autograd: no version bump
+    elif how == "detach_inplace":
+        buf = jax.lax.stop_gradient(out)  # GRAD-FLOW: out's values without gradient, sharing out's version counter
+    elif how == "detach_clone":
+        buf = jax.lax.stop_gradient(out)  # GRAD-FLOW: a snapshot without gradient: its own storage
+    else:
+        raise ValueError(f"write_zeros: how expected one of {list(HOW)}, got {how!r}")
+    return buf.at[:].set(0.0)  # out-of-place: a new array whatever the spelling
+
+
+def _loss(x, c, how):
+    out = jax.nn.sigmoid(x)
+    loss = jnp.sum(c * out)
+    written = write_zeros(out, how)
+    return loss, (out, written, out)
+
+
+_step = jax.jit(jax.value_and_grad(_loss, has_aux=True), static_argnames="how")
+
+
+def step(x: jax.Array, c: jax.Array, how: str) -> tuple[jax.Array, ...]:
+    """loss = Σ c·σ(x); write zeros via `how`; gradient.
+
+    Args: x [N], c [N]. Returns (loss [], dL/dx [N], out before the write [N], written [N],
+    out after the write [N] — the same values: arrays are immutable).
+    Raises:
+      ValueError: unknown `how` (never the torch RuntimeError: nothing is written in place).
+    """
+    (loss, (before, written, after)), grad = _step(x, c, how)
+    return loss, grad, before, written, after
+
+
+@scenario_run("data_vs_detach")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: out, written, out_after_write, grads/x [N]."""
+    x = array(fx, "x")
+    c = array(fx, "c")
+    _, grad, before, written, after = step(x, c, variant)
+    return {"out": numpy(before), "written": numpy(written), "out_after_write": numpy(after), "grads/x": numpy(grad)}

@@ -1,0 +1,66 @@
+"""data_vs_detach: zeros written into an activation that autograd saved for backward.
+
+Gradient flow: x -> out = σ(x) -> loss flows; σ's backward reads its saved output.
+A write through `out.data` lands in that saved output unseen (gradient silently 0);
+through `out.detach()` it bumps the shared version counter (backward raises); into
+`out.detach().clone()` it touches a copy (gradient right).
+Port note: JAX arrays are immutable: `.at[].set` returns a new array, so every
+spelling is the safe one there. Porting JAX to torch, clone before an in-place write.
+Shapes: N elements.
+Reference: PyTorch docs, "Autograd mechanics: in-place operations with autograd"; Tensor.detach.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from torch_impl._common import numpy, scenario_run, tensor
+
+__all__ = ["write_zeros", "step", "run"]
+
+HOW = ("detach_clone", "data_inplace", "detach_inplace")
+
+
+def write_zeros(out: torch.Tensor, how: str) -> torch.Tensor:
+    """Zero a stopped handle on out [N] in place and return it [N].
+
+    how: "detach_clone" (a copy), "data_inplace" (out.data: writes into out, no version
+    bump), "detach_inplace" (out.detach(): writes into out, version bumped).
+    Raises:
+      ValueError: unknown `how`.
+    """
+    if how == "data_inplace":
+        buf = out.data  # GRAD-FLOW: out's values hidden from autograd: no version bump
+    elif how == "detach_inplace":
+        buf = out.detach()  # GRAD-FLOW: out's values without gradient, sharing out's version counter
+    elif how == "detach_clone":
+        buf = out.detach().clone()  # GRAD-FLOW: a snapshot without gradient: its own storage
+    else:
+        raise ValueError(f"write_zeros: how expected one of {list(HOW)}, got {how!r}")
+    return buf.zero_()
+
+
+def step(x: torch.Tensor, c: torch.Tensor, how: str) -> tuple[torch.Tensor, ...]:
+    """loss = Σ c·σ(x); write zeros via `how`; backward.
+
+    Args: x [N] requiring grad, c [N]. Returns (loss [], dL/dx [N], out before the write [N],
+    written [N], out after the write [N]).
+    Raises:
+      RuntimeError: how == "detach_inplace" ("... modified by an inplace operation").
+    """
+    out = torch.sigmoid(x)  # saves its output for backward
+    loss = (c * out).sum()
+    before = out.detach().clone()
+    written = write_zeros(out, how)
+    (grad,) = torch.autograd.grad(loss, [x])
+    return loss, grad, before, written, out
+
+
+@scenario_run("data_vs_detach")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: out, written, out_after_write, grads/x [N]."""
+    x = tensor(fx, "x", requires_grad=True)
+    c = tensor(fx, "c")
+    _, grad, before, written, after = step(x, c, variant)
+    return {"out": numpy(before), "written": numpy(written), "out_after_write": numpy(after), "grads/x": numpy(grad)}
