@@ -23,3 +23,21 @@ def all_cases(family: str | None = None) -> list:
         )
         for spec, v, case, dt in iter_cases(family=family)
     ]
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Send every test about one scenario to the same xdist worker, so `case_result` is computed once.
+
+    A test belongs to scenario X when it lives in tests/test_X.py or its id names X
+    (longest registered name wins, so `p01_std_convention` beats `basics`).
+    """
+    from shared.registry import names
+
+    known = sorted(names(), key=len, reverse=True)
+    for item in items:
+        if any(m.name == "xdist_group" for m in item.iter_markers()):
+            continue
+        stem = item.path.stem.removeprefix("test_")
+        group = stem if stem in known else next((n for n in known if n in item.nodeid), None)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
