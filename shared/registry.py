@@ -26,6 +26,7 @@ _MODULES = (
     "linear_regression",
     "frozen_backbone",
     "multitask",
+    "dqn_target",
 )
 
 

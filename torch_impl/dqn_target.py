@@ -1,0 +1,127 @@
+"""dqn_target: DQN TD targets, who gets the gradient, one SGD step, soft and hard target updates.
+
+Gradient flow: loss -> Q_online(s, a) only; y = r + γ·(1 − done)·v(s′) is detached,
+so neither the target network nor the online network's Q(s′) gets a gradient.
+residual_gradient drops the detach: the gradient also flows through Q_online(s′, a*).
+Port note: `.detach()` becomes `jax.lax.stop_gradient`; `target_p.lerp_(online_p, τ)`
+under torch.no_grad() becomes optax.incremental_update(new_tensors=online,
+old_tensors=target, step_size=τ) (online first, P17). At a tie, `q.max(1).values`
+sends the gradient to the first maximal index but torch.amax and jnp.max split it:
+this port pins argmax + gather on both sides.
+Shapes: B transitions, D observation features, H hidden units, A actions.
+Reference: Mnih et al. 2015, doi:10.1038/nature14236; van Hasselt et al. 2016,
+arXiv:1509.06461 (double DQN); Baird 1995 (residual gradient).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+from shared.losses import check_same_shape
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_grads, canonical_params, load_canonical
+
+__all__ = ["QNetwork", "build_networks", "greedy", "td_targets", "td_loss", "train_step", "soft_update", "run"]
+
+
+class QNetwork(nn.Module):
+    """Q(obs [B, D]) [B, A] = l2(tanh(l1(obs)))."""
+
+    def __init__(self, d: int, h: int, a: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(d, h, dtype=dtype)
+        self.l2 = nn.Linear(h, a, dtype=dtype)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(obs)))
+
+
+def build_networks(fx) -> tuple[QNetwork, QNetwork]:
+    """(online, target) Q-networks loaded with the fixture's canonical parameters."""
+    d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
+    nets = []
+    for net in ("online", "target"):
+        params = {k.removeprefix(f"params/{net}/"): v for k, v in fx.items() if k.startswith(f"params/{net}/")}
+        nets.append(load_canonical(QNetwork(d, h, a, getattr(torch, fx.dtype)), params))
+    return nets[0], nets[1]
+
+
+def greedy(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(max_a q [B], argmax_a q [B] int64) of q [B, A]; at a tie value and gradient go to the first maximal index.
+
+    The same as q.max(1) in torch; unlike torch.amax / jnp.max, which split a tie's gradient equally.
+    """
+    a_star = q.argmax(dim=1)  # [B], first maximal index
+    return q.gather(1, a_star[:, None]).squeeze(1), a_star
+
+
+def td_targets(online: QNetwork, target: QNetwork, batch: dict, gamma: torch.Tensor, variant: str) -> torch.Tensor:
+    """y [B] = r + γ·(1 − done)·v(s′) (v per variant, see the scenario); detached unless residual_gradient."""
+    next_obs = batch["next_obs"]
+    if variant == "target_network":
+        v, _ = greedy(target(next_obs))
+    elif variant == "double_dqn":
+        _, a_star = greedy(online(next_obs))  # chosen by the online network, evaluated by the target
+        v = target(next_obs).gather(1, a_star[:, None]).squeeze(1)
+    else:
+        v, _ = greedy(online(next_obs))
+    y = batch["rewards"] + gamma * (1.0 - batch["dones"]) * v  # [B]
+    if variant != "residual_gradient":
+        y = y.detach()  # GRAD-FLOW: TD target is a constant for the online net
+    return y
+
+
+def td_loss(q_sa: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """0.5 · mean((y − Q(s, a))²) of q_sa [B] and y [B].
+
+    Raises:
+      ValueError: q_sa and y differ in shape, e.g. [B, 1] vs [B], which would broadcast to [B, B] (P14).
+    Reference: Mnih et al. 2015.
+    """
+    check_same_shape("td_loss", q=tuple(q_sa.shape), target=tuple(y.shape))
+    return 0.5 * torch.mean((y - q_sa) ** 2)
+
+
+def train_step(
+    online: QNetwork, target: QNetwork, optimizer: torch.optim.Optimizer, batch: dict, gamma, variant: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One SGD step of the online network; returns (loss, δ [B], y [B]) before the step. `.grad` keeps the gradients."""
+    optimizer.zero_grad(set_to_none=True)
+    target.zero_grad(set_to_none=True)
+    q_sa = online(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)  # [B]
+    y = td_targets(online, target, batch, gamma, variant)
+    loss = td_loss(q_sa, y)
+    loss.backward()
+    optimizer.step()
+    return loss, (y - q_sa).detach(), y.detach()
+
+
+def soft_update(online: nn.Module, target: nn.Module, tau: float) -> nn.Module:
+    """target ← τ·online + (1 − τ)·target, in place; returns target. Reference: Lillicrap et al. 2016, arXiv:1509.02971."""
+    # GRAD-FLOW: a target update is a parameter write, outside any graph
+    with torch.no_grad():
+        for t, o in zip(target.parameters(), online.parameters(), strict=True):
+            t.lerp_(o, tau)
+    return target
+
+
+@scenario_run("dqn_target")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; td_errors, td_targets [B]; grads/{online,target}/<param>; params/{online,target_soft,target_hard}/<param>."""
+    online, target = build_networks(fx)
+    optimizer = torch.optim.SGD(online.parameters(), lr=fx.scalar("lr"))
+    batch = {k: tensor(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    loss, td, y = train_step(online, target, optimizer, batch, tensor(fx, "gamma"), variant)
+    out = {"loss": numpy(loss), "td_errors": numpy(td), "td_targets": numpy(y)}
+    for net, module in (("online", online), ("target", target)):
+        out.update({f"grads/{net}/{k}": g for k, g in canonical_grads(module).items()})  # .grad None -> 0 (P11)
+    hard = copy.deepcopy(target)
+    hard.load_state_dict(online.state_dict())  # hard copy
+    soft = soft_update(online, copy.deepcopy(target), fx.scalar("tau"))
+    for name, module in (("online", online), ("target_soft", soft), ("target_hard", hard)):
+        out.update({f"params/{name}/{k}": v for k, v in canonical_params(module).items()})
+    return out
