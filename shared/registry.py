@@ -27,6 +27,7 @@ _MODULES = (
     "frozen_backbone",
     "multitask",
     "dqn_target",
+    "actor_critic",
 )
 
 

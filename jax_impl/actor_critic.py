@@ -1,0 +1,124 @@
+"""actor_critic: advantage actor-critic losses with a stopped advantage, and Gumbel-max acting.
+
+Gradient flow: policy_loss -> actor only (the advantage R − V is stopped);
+value_loss -> critic; entropy -> actor. Acting reads stopped logits.
+Port note: `.detach()` becomes `jax.lax.stop_gradient`; torch.no_grad() around the
+acting forward has no JAX twin: nothing is recorded outside jax.grad anyway.
+torch.argmax returns int64, jnp.argmax int32 unless x64: actions are output as int64.
+Shapes: B samples, D observation features, H hidden units, A actions.
+Reference: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", arXiv:1602.01783.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jax_impl._common import array, flat, load_params, numpy, scenario_run
+from shared.losses import check_same_shape
+
+__all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "run"]
+
+
+class MLP(nnx.Module):
+    """out [B, O] = l2(tanh(l1(x [B, D])))."""
+
+    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
+        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l2(jnp.tanh(self.l1(x)))
+
+
+class ActorCritic(nnx.Module):
+    """Separate networks (no shared trunk): logits [B, A] = actor(obs), values [B] = critic(obs)."""
+
+    def __init__(self, d: int, h: int, a: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.actor = MLP(d, h, a, dtype, rngs)
+        self.critic = MLP(d, h, 1, dtype, rngs)
+
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        return self.actor(obs), self.critic(obs).squeeze(-1)
+
+
+def build_model(fx) -> ActorCritic:
+    """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture)."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
+    return load_params(ActorCritic(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+
+
+def select_actions(logits: jax.Array, noise: jax.Array) -> jax.Array:
+    """Gumbel-max sample of softmax(logits [B, A]) with uniform noise [B, A] in (0, 1): int actions [B].
+
+    Raises:
+      ValueError: logits and noise differ in shape.
+    Reference: Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030.
+    """
+    check_same_shape("select_actions", logits=logits.shape, noise=noise.shape)
+    logits = jax.lax.stop_gradient(logits)  # GRAD-FLOW: acting needs no graph
+    return jnp.argmax(logits - jnp.log(-jnp.log(noise)), axis=-1)
+
+
+def a2c_losses(
+    logits: jax.Array, values: jax.Array, actions: jax.Array, returns: jax.Array, variant: str
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(policy_loss, value_loss, entropy, advantages [B]) of logits [B, A], values [B], int actions [B], returns [B].
+
+    policy_loss = −mean(log π(a|s)·A), A = R − V stopped unless "advantage_not_stopped";
+    value_loss = mean((R − V)²); entropy = mean(−Σ π log π).
+    Raises:
+      ValueError: values, returns and actions differ in shape (e.g. values [B, 1] vs returns [B]).
+    Reference: Mnih et al. 2016, arXiv:1602.01783.
+    """
+    check_same_shape("a2c_losses", values=values.shape, returns=returns.shape, actions=actions.shape)
+    advantages = returns - values  # [B]
+    if variant == "advantage_stopped":
+        advantages = jax.lax.stop_gradient(advantages)  # GRAD-FLOW: the policy loss must not push the critic
+    logp = jax.nn.log_softmax(logits, axis=-1)  # [B, A]
+    logp_a = jnp.take_along_axis(logp, actions[:, None], axis=1).squeeze(1)  # [B]
+    policy_loss = -jnp.mean(logp_a * advantages)
+    value_loss = jnp.mean((returns - values) ** 2)
+    entropy = jnp.mean(-jnp.sum(jnp.exp(logp) * logp, axis=-1))
+    return policy_loss, value_loss, entropy, advantages
+
+
+def _total(model, batch, vf_coef, ent_coef, variant):
+    logits, values = model(batch["obs"])
+    policy_loss, value_loss, entropy, advantages = a2c_losses(
+        logits, values, batch["actions"], batch["returns"], variant
+    )
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    return loss, (policy_loss, value_loss, entropy, advantages, select_actions(logits, batch["noise"]))
+
+
+def _policy_loss(model, batch, variant):
+    logits, values = model(batch["obs"])
+    return a2c_losses(logits, values, batch["actions"], batch["returns"], variant)[0]
+
+
+@nnx.jit(static_argnames="variant")
+def _step(model, batch, vf_coef, ent_coef, variant):
+    (loss, aux), grads = nnx.value_and_grad(_total, has_aux=True)(model, batch, vf_coef, ent_coef, variant)
+    policy_grads = nnx.grad(_policy_loss)(model, batch, variant)  # the policy loss alone: does it reach the critic?
+    return loss, aux, grads, policy_grads
+
+
+@scenario_run("actor_critic")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss, policy_loss, value_loss, entropy []; advantages [B]; selected_actions [B] int64;
+    grads/{actor,critic}/<param> of the total; policy_grads/critic/<param> of the policy loss alone."""
+    model = build_model(fx)
+    batch = {k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}
+    coefs = array(fx, "vf_coef"), array(fx, "ent_coef")
+    loss, (policy_loss, value_loss, entropy, advantages, selected), grads, policy_grads = _step(
+        model, batch, *coefs, variant
+    )
+    out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "value_loss": numpy(value_loss)}
+    out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_actions=numpy(selected).astype(np.int64))
+    out.update({f"grads/{k}": g for k, g in flat(grads).items()})
+    out.update({f"policy_grads/{k}": g for k, g in flat(policy_grads).items() if k.startswith("critic/")})
+    return out

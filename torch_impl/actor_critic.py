@@ -1,0 +1,113 @@
+"""actor_critic: advantage actor-critic losses with a stopped advantage, and Gumbel-max acting.
+
+Gradient flow: policy_loss -> actor only (the advantage R − V is detached);
+value_loss -> critic; entropy -> actor. Acting reads detached logits.
+Port note: `.detach()` becomes `jax.lax.stop_gradient`; torch.no_grad() around the
+acting forward is the cheaper torch form of the same stop (no graph is recorded).
+torch.argmax returns int64, jnp.argmax int32 unless x64: actions are output as int64.
+Shapes: B samples, D observation features, H hidden units, A actions.
+Reference: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learning", arXiv:1602.01783.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shared.losses import check_same_shape
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_grads, load_canonical
+
+__all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "run"]
+
+
+class MLP(nn.Module):
+    """out [B, O] = l2(tanh(l1(x [B, D])))."""
+
+    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(d, h, dtype=dtype)
+        self.l2 = nn.Linear(h, o, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(x)))
+
+
+class ActorCritic(nn.Module):
+    """Separate networks (no shared trunk): logits [B, A] = actor(obs), values [B] = critic(obs)."""
+
+    def __init__(self, d: int, h: int, a: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.actor = MLP(d, h, a, dtype)
+        self.critic = MLP(d, h, 1, dtype)
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.actor(obs), self.critic(obs).squeeze(-1)
+
+
+def build_model(fx) -> ActorCritic:
+    """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture)."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
+    return load_canonical(ActorCritic(d, h, a, getattr(torch, fx.dtype)), params)
+
+
+def select_actions(logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """Gumbel-max sample of softmax(logits [B, A]) with uniform noise [B, A] in (0, 1): int64 actions [B].
+
+    Raises:
+      ValueError: logits and noise differ in shape.
+    Reference: Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030.
+    """
+    check_same_shape("select_actions", logits=tuple(logits.shape), noise=tuple(noise.shape))
+    logits = logits.detach()  # GRAD-FLOW: acting needs no graph
+    return torch.argmax(logits - torch.log(-torch.log(noise)), dim=-1)
+
+
+def a2c_losses(
+    logits: torch.Tensor, values: torch.Tensor, actions: torch.Tensor, returns: torch.Tensor, variant: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(policy_loss, value_loss, entropy, advantages [B]) of logits [B, A], values [B], int actions [B], returns [B].
+
+    policy_loss = −mean(log π(a|s)·A), A = R − V detached unless "advantage_not_stopped";
+    value_loss = mean((R − V)²); entropy = mean(−Σ π log π).
+    Raises:
+      ValueError: values, returns and actions differ in shape (e.g. values [B, 1] vs returns [B]).
+    Reference: Mnih et al. 2016, arXiv:1602.01783.
+    """
+    check_same_shape(
+        "a2c_losses", values=tuple(values.shape), returns=tuple(returns.shape), actions=tuple(actions.shape)
+    )
+    advantages = returns - values  # [B]
+    if variant == "advantage_stopped":
+        advantages = advantages.detach()  # GRAD-FLOW: the policy loss must not push the critic
+    logp = F.log_softmax(logits, dim=-1)  # [B, A]
+    logp_a = logp.gather(1, actions[:, None]).squeeze(1)  # [B]
+    policy_loss = -torch.mean(logp_a * advantages)
+    value_loss = torch.mean((returns - values) ** 2)
+    entropy = torch.mean(-torch.sum(logp.exp() * logp, dim=-1))
+    return policy_loss, value_loss, entropy, advantages
+
+
+@scenario_run("actor_critic")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss, policy_loss, value_loss, entropy []; advantages [B]; selected_actions [B] int64;
+    grads/{actor,critic}/<param> of the total; policy_grads/critic/<param> of the policy loss alone."""
+    model = build_model(fx)
+    obs, actions, returns = tensor(fx, "obs"), tensor(fx, "actions"), tensor(fx, "returns")
+    logits, values = model(obs)
+    selected = select_actions(logits, tensor(fx, "noise"))
+    policy_loss, value_loss, entropy, advantages = a2c_losses(logits, values, actions, returns, variant)
+    loss = policy_loss + fx.scalar("vf_coef") * value_loss - fx.scalar("ent_coef") * entropy
+
+    policy_loss.backward(retain_graph=True)  # the policy loss alone: does it reach the critic?
+    policy_grads = canonical_grads(model.critic)  # .grad None -> explicit zeros (P11)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "value_loss": numpy(value_loss)}
+    out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_actions=numpy(selected).astype(np.int64))
+    out.update({f"grads/{k}": g for k, g in canonical_grads(model).items()})
+    out.update({f"policy_grads/critic/{k}": g for k, g in policy_grads.items()})
+    return out
