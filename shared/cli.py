@@ -176,6 +176,8 @@ SUBCOMMANDS: dict[str, Callable] = {
     "run": _add_run,
     "list": _add_list,
     "docs": _lazy("shared.docs", "add_docs"),
+    "claims": _lazy("shared.claims_cli", "add_parser"),
+    "bench": _lazy("shared.bench", "add_parser"),
 }
 
 
