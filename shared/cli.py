@@ -178,6 +178,7 @@ SUBCOMMANDS: dict[str, Callable] = {
     "docs": _lazy("shared.docs", "add_docs"),
     "claims": _lazy("shared.claims_cli", "add_parser"),
     "bench": _lazy("shared.bench", "add_parser"),
+    "selfcheck": _lazy("shared.selfcheck", "add_selfcheck"),
 }
 
 
