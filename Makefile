@@ -1,12 +1,13 @@
 # make report : create .venv if missing or stale, then run every scenario, both frameworks, vs the oracle
 # make test   : the same venv, then the pytest suite
 # make selfcheck : mutation self-check (every gradient-control site removed must fail a test)
+# make site   : the static HTML reference in site/ (fresh run, figures, cheat sheet)
 VENV    := .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: report test selfcheck clean
+.PHONY: report test selfcheck site clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +22,9 @@ test: $(STAMP)
 
 selfcheck: $(STAMP)
 	$(VENV)/bin/detach-parity selfcheck
+
+site: $(STAMP)
+	$(VENV)/bin/detach-parity site --out site
 
 clean:
 	rm -rf $(VENV) site reports

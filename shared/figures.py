@@ -1,0 +1,256 @@
+"""Gradient-flow figures of the static site (matplotlib, no pyplot, written as SVG).
+
+Every figure is drawn from the output dicts of a fresh run (CaseResult.outputs:
+{"torch": {...}, "jax": {...}, "oracle": {...}}) by output-key convention, so a
+new scenario gets its figures without code here:
+
+  grad_norms    keys `grads/...`: per parameter group, the L2 norm of the gradient
+                in each variant, torch and JAX side by side; an exactly zero norm
+                (a stopped path) is drawn as a marked "0", never as an invisible bar;
+                the same for keys `moved/...` (how far each parameter moved).
+  time_heatmap  keys `grads/inputs...` of shape [T, ...] (tbptt): |gradient| per input
+                time step (rows: variants, e.g. each truncation length k).
+  meta_grads    keys `meta_grads/...` (maml): first- vs second-order meta-gradient,
+                the norm of their difference per leaf, torch and JAX.
+
+`figures_for` returns the figures that apply, the generic bar figure whenever
+there are gradient outputs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["FigureFile", "grad_groups", "figures_for", "grad_norms", "time_heatmap", "meta_grads"]
+
+TORCH_COLOR, JAX_COLOR = "#ee4c2c", "#5e97f6"
+MAX_GROUPS = 16  # more leaves than this are summed per parent path
+Outputs = Mapping[str, Mapping[str, np.ndarray]]  # variant -> flat output dict of one framework
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    """A written figure: file name (relative to the site root), caption, kind."""
+
+    path: str
+    caption: str
+    kind: str
+
+
+def _norm(a: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    return float(np.sqrt(np.sum(np.where(np.isfinite(a), a, 0.0) ** 2)))
+
+
+def _is_float(a: np.ndarray) -> bool:
+    return np.asarray(a).dtype.kind == "f"
+
+
+def grad_groups(keys: list[str], prefix: str = "grads/") -> dict[str, list[str]]:
+    """Group gradient keys for a bar chart: one group per leaf, or per parent path when there are many."""
+    leaves = [k for k in keys if k.startswith(prefix)]
+    names = {k: k[len(prefix) :] for k in leaves}
+    if len(leaves) > MAX_GROUPS:
+        names = {k: n.rsplit("/", 1)[0] if "/" in n else n for k, n in names.items()}
+    groups: dict[str, list[str]] = {}
+    for k in leaves:
+        groups.setdefault(names[k], []).append(k)
+    return groups
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "detach-parity"}):
+        fig.savefig(path, format="svg", bbox_inches="tight", metadata={"Date": None})
+
+
+def _new_figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def grad_norms(
+    scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path, prefix: str = "grads/", what: str = "gradient"
+) -> bool:
+    """Bar figure: per variant, the L2 norm per parameter group of the `prefix` outputs, torch and JAX side by side.
+
+    Args:
+      torch_out, jax_out: variant -> flat output dict (the same variants, in order).
+      prefix: output keys drawn ("grads/"; "moved/" for parameter updates).
+      what: the quantity's name on the axis.
+    Returns:
+      False (nothing written) when no variant has float `prefix` outputs.
+    """
+    variants = [v for v in torch_out if v in jax_out]
+    keys = sorted({k for v in variants for k, a in torch_out[v].items() if _is_float(a)})
+    groups = grad_groups(keys, prefix)
+    if not variants or not groups:
+        return False
+    labels = list(groups)
+    ncol = min(len(variants), 4)
+    nrow = -(-len(variants) // ncol)
+    fig = _new_figure(2.2 + 2.6 * ncol, nrow * (0.9 + 0.32 * len(labels)))
+    axes = fig.subplots(nrow, ncol, sharey=True, squeeze=False)
+    y = np.arange(len(labels))
+    for i, ax in enumerate(axes.flat):
+        if i >= len(variants):
+            ax.set_axis_off()
+            continue
+        v = variants[i]
+        top = 0.0
+        for offset, (name, out, color) in enumerate(
+            (("torch", torch_out[v], TORCH_COLOR), ("JAX", jax_out[v], JAX_COLOR))
+        ):
+            norms = np.array([np.sqrt(sum(_norm(out[k]) ** 2 for k in groups[g] if k in out)) for g in labels])
+            pos = y + (offset - 0.5) * 0.38
+            ax.barh(pos, norms, height=0.36, color=color, label=name)
+            zero = norms == 0
+            if zero.any():  # (an empty unclipped line would collapse the constrained layout)
+                ax.plot(np.zeros(zero.sum()), pos[zero], "o", ms=5, mfc="white", mec=color, mew=1.5, clip_on=False)
+            top = max(top, float(norms.max(initial=0.0)))
+        for j, g in enumerate(labels):  # a stopped group: both sides exactly zero, said in words
+            if all(_norm(torch_out[v][k]) == 0 and _norm(jax_out[v][k]) == 0 for k in groups[g] if k in jax_out[v]):
+                label = ax.text(0.03, j, " 0 (exact)", transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+                label.set_in_layout(False)  # inside the axes: constrained layout must not make room for it
+        ax.set_xlim(0, top * 1.1 if top > 0 else 1.0)
+        ax.set_title(v, fontsize=10)
+        ax.set_xlabel(f"‖{what}‖₂", fontsize=8)
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0, 0].set_yticks(y, labels)
+    axes[0, 0].invert_yaxis()
+    fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside upper right", fontsize=8, ncols=2)
+    fig.suptitle(f"{scenario}: ‖{what}‖ per parameter group", fontsize=11)
+    _save(fig, path)
+    return True
+
+
+def _time_profile(out: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    keys = sorted(k for k, a in out.items() if k.startswith("grads/inputs") and _is_float(a) and np.ndim(a) >= 1)
+    if not keys:
+        return None
+    rows = []
+    for k in keys:
+        a = np.asarray(out[k], dtype=np.float64)
+        rows.append(np.sqrt(np.sum(a.reshape(a.shape[0], -1) ** 2, axis=1)))
+    if len({len(r) for r in rows}) != 1:
+        return None
+    return np.sqrt(np.sum(np.square(rows), axis=0))
+
+
+def time_heatmap(scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path) -> bool:
+    """Heatmap of ‖d loss / d input_t‖ over time steps t (columns) per variant (rows), torch | JAX.
+
+    Returns False (nothing written) unless every variant has `grads/inputs...` keys of one length T.
+    """
+    variants = [v for v in torch_out if v in jax_out]
+    profiles = {name: [_time_profile(o[v]) for v in variants] for name, o in (("torch", torch_out), ("JAX", jax_out))}
+    flat = [p for ps in profiles.values() for p in ps]
+    if not variants or any(p is None for p in flat) or len({len(p) for p in flat}) != 1:
+        return False
+    import matplotlib
+    from matplotlib.colors import LogNorm
+
+    t_len = len(flat[0])
+    positive = [p[p > 0] for p in flat if np.any(p > 0)]
+    lo = min(float(p.min()) for p in positive) if positive else 1e-12
+    hi = max(float(p.max()) for p in positive) if positive else 1.0
+    norm = LogNorm(vmin=lo, vmax=max(hi, lo * 10))
+    fig = _new_figure(2.0 + 2 * max(3.0, 0.28 * t_len), 1.4 + 0.45 * len(variants))
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, (name, ps) in zip(axes, profiles.items(), strict=True):
+        grid = np.array(ps)
+        masked = np.ma.masked_where(grid == 0, grid)
+        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#e8e8e8")
+        image = ax.imshow(masked, aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
+        for (r, c), val in np.ndenumerate(grid):
+            if val == 0 and t_len <= 40:
+                ax.text(c, r, "0", ha="center", va="center", fontsize=7, color="#666")
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("input time step t", fontsize=8)
+        ax.set_yticks(range(len(variants)), variants)
+        ax.tick_params(labelsize=8)
+    fig.colorbar(image, ax=axes, label="‖∂loss/∂x_t‖ (grey: exactly 0)", shrink=0.9)
+    fig.suptitle(f"{scenario}: gradient magnitude over input time steps", fontsize=11)
+    _save(fig, path)
+    return True
+
+
+def _order_pair(variants: list[str]) -> tuple[str, str] | None:
+    first = next((v for v in variants if fnmatch.fnmatch(v, "first*")), None)
+    second = next((v for v in variants if fnmatch.fnmatch(v, "second*")), None)
+    if first and second:
+        return first, second
+    return (variants[0], variants[1]) if len(variants) >= 2 else None
+
+
+def meta_grads(scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path) -> bool:
+    """First- vs second-order meta-gradient (`meta_grads/...` keys): norms per leaf and ‖second − first‖.
+
+    Returns False (nothing written) unless two variants have the same `meta_grads/...` keys.
+    """
+    variants = [v for v in torch_out if v in jax_out and any(k.startswith("meta_grads/") for k in torch_out[v])]
+    pair = _order_pair(variants)
+    if pair is None:
+        return False
+    first, second = pair
+    leaves = sorted(k for k in torch_out[first] if k.startswith("meta_grads/") and k in torch_out[second])
+    if not leaves:
+        return False
+    labels = [k.removeprefix("meta_grads/") for k in leaves]
+    y = np.arange(len(labels))
+    fig = _new_figure(9.0, 1.2 + 0.4 * len(labels))
+    left, right = fig.subplots(1, 2, sharey=True)
+    for offset, (v, color) in enumerate(((first, "#999999"), (second, "#333333"))):
+        left.barh(y + (offset - 0.5) * 0.38, [_norm(torch_out[v][k]) for k in leaves], 0.36, color=color, label=v)
+    left.set_title("‖meta-gradient‖ (torch)", fontsize=10)
+    left.legend(fontsize=8, loc="best")
+    for offset, (name, out, color) in enumerate((("torch", torch_out, TORCH_COLOR), ("JAX", jax_out, JAX_COLOR))):
+        diff = [_norm(np.asarray(out[second][k], np.float64) - np.asarray(out[first][k], np.float64)) for k in leaves]
+        right.barh(y + (offset - 0.5) * 0.38, diff, 0.36, color=color, label=name)
+    right.set_title(f"‖{second} − {first}‖", fontsize=10)
+    right.legend(fontsize=8, loc="best")
+    left.set_yticks(y, labels)
+    left.invert_yaxis()
+    for ax in (left, right):
+        ax.tick_params(labelsize=8)
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(f"{scenario}: what the second-order term adds to the meta-gradient", fontsize=11)
+    _save(fig, path)
+    return True
+
+
+def figures_for(scenario: str, torch_out: Outputs, jax_out: Outputs, out_dir: Path) -> list[FigureFile]:
+    """Draw every figure that applies to a scenario's outputs into out_dir/figures/; list them.
+
+    Args:
+      torch_out, jax_out: variant -> flat output dict (one case and dtype per variant).
+      out_dir: the site root; files go to figures/<scenario>-<kind>.svg.
+    """
+    out: list[FigureFile] = []
+    specials = (
+        ("time", time_heatmap, "Gradient magnitude per input time step, per variant: where truncation cuts the flow."),
+        ("meta", meta_grads, "First- vs second-order meta-gradient and their difference per parameter."),
+    )
+    for kind, draw, caption in specials:
+        rel = f"figures/{scenario}-{kind}.svg"
+        if draw(scenario, torch_out, jax_out, out_dir / rel):
+            out.append(FigureFile(rel, caption, kind))
+    bars = (
+        ("grads/", "gradient", "grad-norms", "Gradient norm per parameter group for each variant"),
+        ("moved/", "update", "moved-norms", "How far each parameter group moved (after − before) in each variant"),
+    )
+    for prefix, what, kind, text in bars:
+        rel = f"figures/{scenario}-{kind}.svg"
+        caption = f"{text}, torch and JAX side by side; ○ marks an exact zero."
+        if grad_norms(scenario, torch_out, jax_out, out_dir / rel, prefix, what):
+            out.append(FigureFile(rel, caption, kind))
+    return out

@@ -1,0 +1,271 @@
+"""`detach-parity site`: a static HTML reference that opens from the file system.
+
+    detach-parity site [SCENARIO ...] [--out DIR] [--seed N]
+
+Every registered scenario and pitfall (or the ones named) is run afresh (all
+variants, cases and dtypes), then written to DIR (default `site/`):
+
+  index.html        every scenario and pitfall with its verdict and max errors per
+                    dtype, the tutorial source and claims it comes from, and the
+                    porting cheat sheet (torch idiom, JAX idiom, trap, proving tests);
+  <scenario>.html   torch and JAX code in two aligned columns (pygments, GRAD-FLOW
+                    lines highlighted), the lesson, porting notes, the parity table per
+                    variant with its expected pattern, and the figures;
+  figures/*.svg     drawn by shared/figures.py; style.css, pygments.css.
+
+Pages come from the jinja2 templates in shared/templates/ with autoescaping on:
+no text is escaped by hand, and only pygments' output is marked safe.
+Exit status: 0 every case passed, 1 a case failed (the site is written anyway,
+failures marked), 2 unknown scenario.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared import registry
+from shared.fixtures import FLOAT_DTYPES
+from shared.records import Scenario
+from shared.show import FRAMEWORKS, Block, Row, aligned_rows, fmt_err, run_cases
+
+__all__ = [
+    "Page",
+    "environment",
+    "code_spans",
+    "highlight",
+    "summarize",
+    "render_index",
+    "render_scenario",
+    "build",
+    "add_parser",
+]
+
+STATIC = ("style.css",)
+
+
+@dataclass
+class Page:
+    """Everything one scenario page shows (and its row on the index).
+
+    Attributes:
+      spec: the registry record.
+      results: CaseResults of a fresh run (may be empty).
+      rows: the aligned code blocks (shared.show.align).
+      figures: FigureFile list (shared.figures), paths relative to the site root.
+    """
+
+    spec: Scenario
+    results: list = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    figures: list = field(default_factory=list)
+
+    @property
+    def href(self) -> str:
+        return f"{self.spec.name}.html"
+
+
+def environment():
+    """The jinja2 Environment over shared/templates (HTML autoescaped, undefined names fail)."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("shared", "templates"),
+        autoescape=select_autoescape(["html"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["err"] = fmt_err
+    env.filters["code_spans"] = code_spans
+    return env
+
+
+def code_spans(text: str):
+    """Markdown-style `code` spans of a registry note as <code> elements; all text escaped by markupsafe."""
+    from markupsafe import Markup
+
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an unmatched backtick: plain text
+        return text
+    return Markup("").join(Markup("<code>{}</code>").format(p) if i % 2 else p for i, p in enumerate(parts))
+
+
+def highlight(block: Block | None, framework: str = "code"):
+    """Pygments HTML of one code block, as safe Markup.
+
+    File line numbers; each line a span with id "<framework>-<line>" (wrapped lines indent under
+    their number); GRAD-FLOW lines in `hll`.
+    """
+    from markupsafe import Markup
+    from pygments import highlight as pyg_highlight
+    from pygments.formatters import HtmlFormatter
+    from pygments.lexers import PythonLexer
+
+    if block is None:
+        return Markup("")
+    fmt = HtmlFormatter(
+        linenos="inline", linenostart=block.start, hl_lines=list(block.grad_flow), wrapcode=True, linespans=framework
+    )
+    return Markup(pyg_highlight(block.code, PythonLexer(), fmt))
+
+
+def _max(values) -> float | None:
+    vals = [v for v in values if v is not None and v == v]
+    return max(vals) if vals else None
+
+
+def summarize(page: Page) -> dict:
+    """Verdict and max errors per dtype of a page's results.
+
+    Returns:
+      {"verdict": "PASS" | "FAIL" | "NOT RUN", "passed": int, "total": int,
+       "dtypes": {dtype: {"parity": max rel torch vs JAX (naive-port variants excluded),
+                          "oracle": max rel of either framework vs the oracle (JAX excluded
+                          for naive-port variants)}}}
+    """
+    res = page.results
+    passed = sum(r.ok for r in res)
+    dtypes: dict[str, dict[str, float | None]] = {}
+    for dt in sorted({r.dtype for r in res}, key=lambda d: (d not in FLOAT_DTYPES, d)):
+        rs = [r for r in res if r.dtype == dt]
+        dtypes[dt] = {
+            "parity": _max(r.torch_jax.max_rel for r in rs if r.torch_jax and not r.diverges),
+            "oracle": _max(
+                c.max_rel
+                for r in rs
+                for c in (r.torch_oracle, None if r.diverges else r.jax_oracle)
+                if c is not None and c.leaves
+            ),
+        }
+    verdict = "NOT RUN" if not res else ("PASS" if passed == len(res) else "FAIL")
+    return {"verdict": verdict, "passed": passed, "total": len(res), "dtypes": dtypes}
+
+
+def _proof(name: str) -> list[str]:
+    from shared.docs import scenario_tests
+
+    return [f"tests/test_parity.py -k {name}", *scenario_tests(name)]
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in ("torch", "jax", "flax", "optax", "numpy"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = "missing"
+    return out
+
+
+def render_index(env, pages: Sequence[Page], seed: int = 0) -> str:
+    """index.html: scenario and pitfall tables with verdicts and errors, then the porting cheat sheet."""
+    summaries = {p.spec.name: summarize(p) for p in pages}
+    dtypes = sorted(
+        {dt for s in summaries.values() for dt in s["dtypes"]} or set(FLOAT_DTYPES),
+        key=lambda d: (d not in FLOAT_DTYPES, d),
+    )
+    families = [(f, [p for p in pages if p.spec.family == f]) for f in registry.FAMILIES]
+    return env.get_template("index.html").render(
+        families=[(f, ps) for f, ps in families if ps],
+        pages=pages,
+        summaries=summaries,
+        dtypes=dtypes,
+        proofs={p.spec.name: _proof(p.spec.name) for p in pages},
+        versions=_versions(),
+        seed=seed,
+        passed=sum(s["passed"] for s in summaries.values()),
+        total=sum(s["total"] for s in summaries.values()),
+    )
+
+
+def render_scenario(env, page: Page, prev: Page | None = None, next: Page | None = None) -> str:
+    """<scenario>.html: aligned code, lesson, porting notes, parity per variant, figures."""
+    from shared.parity import tolerance_for
+
+    spec = page.spec
+    by_variant = [(v, [r for r in page.results if r.variant == v]) for v in spec.variants]
+    rows = [(row, {fw: highlight(row.side(fw), fw) for fw in FRAMEWORKS}) for row in page.rows]
+    n_tags = {fw: sum(len(b.grad_flow) for r in page.rows if (b := r.side(fw))) for fw in FRAMEWORKS}
+    return env.get_template("scenario.html").render(
+        spec=spec,
+        page=page,
+        summary=summarize(page),
+        rows=rows,
+        n_tags=n_tags,
+        by_variant=by_variant,
+        rtol={r.dtype: tolerance_for(r.dtype, "parity", spec.tolerances).rtol for r in page.results},
+        prev=prev,
+        next=next,
+    )
+
+
+def build(out: Path | str = "site", scenarios: Sequence[str] | None = None, seed: int = 0, echo=None) -> list[Page]:
+    """Run the scenarios, draw the figures and write the site to `out`; return the pages.
+
+    Args:
+      out: site root (created; existing files of the same names are overwritten).
+      scenarios: names (default: every registered scenario and pitfall, teaching order).
+      echo: optional callable(str) told about progress.
+    Raises:
+      ValueError: an unknown scenario name (message lists the valid names).
+    """
+    from pygments.formatters import HtmlFormatter
+
+    from shared.figures import figures_for
+
+    specs = [registry.get(n) for n in (scenarios or registry.names())]
+    root = Path(out)
+    root.mkdir(parents=True, exist_ok=True)
+    pages: list[Page] = []
+    for spec in specs:
+        if echo:
+            echo(f"running {spec.name} ...")
+        page = Page(spec, run_cases(spec, seed=seed), aligned_rows(spec.name))
+        dtype = "float64" if "float64" in spec.dtypes else spec.dtypes[0]
+        chosen = [r for r in page.results if r.dtype == dtype and r.case == spec.cases[0] and r.outputs]
+        torch_out = {r.variant: r.outputs["torch"] for r in chosen}
+        jax_out = {r.variant: r.outputs["jax"] for r in chosen}
+        page.figures = figures_for(spec.name, torch_out, jax_out, root)
+        pages.append(page)
+    env = environment()
+    (root / "index.html").write_text(render_index(env, pages, seed), encoding="utf-8")
+    for i, page in enumerate(pages):
+        prev = pages[i - 1] if i > 0 else None
+        nxt = pages[i + 1] if i + 1 < len(pages) else None
+        (root / page.href).write_text(render_scenario(env, page, prev, nxt), encoding="utf-8")
+    for name in STATIC:
+        (root / name).write_text(env.loader.get_source(env, name)[0], encoding="utf-8")
+    (root / "pygments.css").write_text(HtmlFormatter().get_style_defs(".highlight") + "\n", encoding="utf-8")
+    return pages
+
+
+def _cmd(args: argparse.Namespace, console) -> int:
+    from shared.cli import UsageError  # imported here: cli imports this module
+
+    try:
+        pages = build(args.out, args.scenarios, args.seed, echo=None if args.quiet else console.print)
+    except ValueError as exc:
+        if "expected one of" in str(exc):
+            raise UsageError(str(exc)) from None
+        raise
+    results = [r for p in pages for r in p.results]
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        console.print(f"✗ {r.label} {r.case} {r.dtype}: {r.verdict}", markup=False, highlight=False)
+    index = Path(args.out) / "index.html"
+    console.print(f"{len(results) - len(failed)}/{len(results)} cases passed; {len(pages)} pages: {index}")
+    return 1 if failed else 0
+
+
+def add_parser(sub) -> None:
+    """Register `site` on an argparse subparsers object (shared/cli.py SUBCOMMANDS)."""
+    p = sub.add_parser("site", help="write the static HTML reference (fresh run, figures, cheat sheet)")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"default all; one of {registry.names()}")
+    p.add_argument("--out", default="site", metavar="DIR", help="output folder (default site/)")
+    p.add_argument("--seed", type=int, default=0, help="fixture seed (default 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd)

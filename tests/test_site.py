@@ -1,0 +1,186 @@
+"""`detach-parity show` and `detach-parity site`: alignment, pages, links, escaping, figures, exit codes."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared import cli, figures, registry, show, site
+from shared.runner import iter_cases
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ("basics", "linear_regression")
+
+pytestmark = pytest.mark.xdist_group("site")
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs) -> None:
+        self.links += [v for k, v in attrs if k in ("href", "src") and v]
+
+    def handle_data(self, data) -> None:
+        self.text.append(data)
+
+
+def _parse(path: Path) -> _Links:
+    parser = _Links()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser
+
+
+def _words(text: str) -> str:
+    """Text without backticks and whitespace (the page splits it around <code> elements)."""
+    return "".join(text.replace("`", "").split())
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    assert cli.main(["site", *SCENARIOS, "--out", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_site_pages_and_every_link_resolves(built) -> None:
+    pages = sorted(p.name for p in built.glob("*.html"))
+    assert pages == sorted(["index.html", *(f"{n}.html" for n in SCENARIOS)])
+    checked = 0
+    for page in built.glob("*.html"):
+        for link in _parse(page).links:
+            if link.startswith(("data:", "#")):
+                continue
+            assert "://" not in link, f"{page.name}: external link {link}"
+            target = built / link.split("#")[0]
+            assert target.is_file(), f"{page.name}: {link} does not resolve"
+            checked += 1
+    assert checked >= 12
+    for name in SCENARIOS:
+        svg = (built / "figures" / f"{name}-grad-norms.svg").read_text(encoding="utf-8")
+        assert "<svg" in svg and name in svg
+
+
+def test_index_verdicts_claims_and_cheat_sheet(built) -> None:
+    text = _words(" ".join(_parse(built / "index.html").text))
+    n = len(list(iter_cases(list(SCENARIOS))))
+    assert f"{n}cases" in text and f"{n}/{n}passed" in text
+    for name in SCENARIOS:
+        spec = registry.get(name)
+        for note in (spec.porting.torch, spec.porting.jax, spec.porting.trap, spec.source, *spec.claims):
+            assert _words(note) in text, f"{name}: {note!r} missing from the index"
+        assert f"tests/test_parity.py-k{name}" in text and f"tests/test_{name}.py" in text
+    assert text.count("PASS") == len(SCENARIOS)
+
+
+def test_scenario_page_aligns_code_and_marks_grad_flow(built) -> None:
+    html = (built / "basics.html").read_text(encoding="utf-8")
+    rows = show.aligned_rows("basics")
+    assert [r.name for r in rows] == [show.HEADER, "forward", "loss_via_z", "loss_total", "run"]
+    assert html.count('class="cell torch"') == html.count('class="cell jax"') == len(rows)
+    tags = sum(
+        len(re.findall(r"#\s*GRAD-FLOW:", (ROOT / f"{fw}_impl" / "basics.py").read_text(encoding="utf-8")))
+        for fw in ("torch", "jax")
+    )
+    assert html.count('<span class="hll">') == tags == 2
+    assert re.search(r'<span class="hll">.*y</span><span class="o">\.</span><span class="n">detach</span>', html)
+    assert "z_stopped" in html and "float64" in html and "figures/basics-grad-norms.svg" in html
+
+
+def test_templates_escape_registry_text() -> None:
+    spec = dataclasses.replace(
+        registry.get("basics"), title="<script>alert(1)</script>", lesson="a < b & `x<y>`", source="A1 <b>"
+    )
+    page = site.Page(spec, [], show.aligned_rows("basics"))
+    env = site.environment()
+    for html in (site.render_index(env, [page]), site.render_scenario(env, page)):
+        assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+        assert "<b>" not in html and "A1 &lt;b&gt;" in html
+        assert "a &lt; b &amp; <code>x&lt;y&gt;</code>" in html
+        assert "NOT RUN" in html
+
+
+def test_show_prints_both_columns_and_marks_grad_flow(capsys) -> None:
+    assert cli.main(["show", "basics", "--variant", "z_stopped"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert any("torch_impl/basics.py" in line and "jax_impl/basics.py" in line for line in lines)
+    marked = [line for line in lines if "❱" in line and "│" in line]
+    assert len(marked) == 1 and marked[0].count("❱") == 2
+    assert "y.detach()" in marked[0] and "jax.lax.stop_gradient(y)" in marked[0]
+    out = "\n".join(lines)
+    assert "grads/x_via_z zero" in out and "4/4 cases passed" in out
+    assert re.search(r"│ z_stopped\s+│ random", out) and not re.search(r"│ none\s+│", out)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["show", "nope"], "scenario expected one of ['basics',"),
+        (["show", "basics", "--variant", "zz"], "variant expected one of ['z_stopped', 'none'], got 'zz'"),
+        (["site", "nope", "--out", "{tmp}"], "scenario expected one of ['basics',"),
+    ],
+)
+def test_bad_names_exit_2(argv, message, tmp_path, capsys) -> None:
+    assert cli.main([a.format(tmp=tmp_path) for a in argv]) == 2
+    assert message in capsys.readouterr().err.replace("\n", "")
+    assert not (tmp_path / "index.html").exists()
+
+
+def test_site_marks_a_failing_case_and_exits_1(monkeypatch, tmp_path, capsys) -> None:
+    from torch_impl import basics
+
+    real = basics.run
+    monkeypatch.setattr(basics, "run", lambda fx, v: {**real(fx, v), "z": real(fx, v)["z"] + 1e-3})
+    assert cli.main(["site", "basics", "--out", str(tmp_path), "--quiet"]) == 1
+    assert "✗ basics[none]" in capsys.readouterr().out
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    assert 'class="verdict fail">FAIL</span> 0/8' in index
+    assert "max|jax-torch|" in (tmp_path / "basics.html").read_text(encoding="utf-8")
+
+
+def test_split_blocks_keeps_private_helpers_with_their_user() -> None:
+    src = '"""doc."""\n\nimport x\n\nK = 1\n\n\ndef _h():\n    pass\n\n\ndef f():\n    pass\n\n\n_g = 2\n\n\n@dec\nclass C:\n    pass\n'
+    blocks = show.split_blocks(src)
+    assert [(b.name, b.start, len(b.lines)) for b in blocks] == [
+        (show.HEADER, 1, 5),
+        ("f", 8, 6),
+        ("C", 16, 6),
+    ]
+    rows = show.align(blocks, [blocks[0], blocks[2], show.Block("extra", 1, ("def extra(): ...",))])
+    assert [(r.name, r.torch is not None, r.jax is not None) for r in rows] == [
+        (show.HEADER, True, True),
+        ("f", True, False),
+        ("C", True, True),
+        ("extra", False, True),
+    ]
+
+
+def _outs(keys_by_variant: dict[str, dict[str, np.ndarray]]):
+    return keys_by_variant, {v: {k: a.copy() for k, a in o.items()} for v, o in keys_by_variant.items()}
+
+
+def test_special_figures_by_output_keys(tmp_path) -> None:
+    t_len = 6
+    tb = {}
+    for k in (1, t_len):
+        g = np.ones((t_len, 2))
+        g[: t_len - k] = 0
+        tb[f"k={k}"] = {"grads/inputs": g, "grads/w": np.ones(3)}
+    made = figures.figures_for("tbptt", *_outs(tb), tmp_path)
+    assert [f.kind for f in made] == ["time", "grad-norms"]
+    maml = {
+        "second_order": {"meta_grads/theta": np.array([1.0, 2.0])},
+        "first_order": {"meta_grads/theta": np.array([1.0, 1.5])},
+    }
+    assert [f.kind for f in figures.figures_for("maml", *_outs(maml), tmp_path)] == ["meta"]
+    for f in [*made, figures.FigureFile("figures/maml-meta.svg", "", "meta")]:
+        assert "<svg" in (tmp_path / f.path).read_text(encoding="utf-8")
+    # no gradient-like keys at all: nothing is drawn, nothing is claimed
+    assert figures.figures_for("plain", *_outs({"a": {"loss": np.array(1.0)}}), tmp_path) == []
