@@ -28,6 +28,9 @@ _MODULES = (
     "multitask",
     "dqn_target",
     "actor_critic",
+    "maml",
+    "attention_detach",
+    "gan",
 )
 
 

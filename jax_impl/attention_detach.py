@@ -1,0 +1,90 @@
+"""attention_detach: single-head scaled dot-product attention, weights stopped or not.
+
+Gradient flow: loss -> context = A V -> Wv, x; A = softmax(Q Kᵀ / √K) -> Wq, Wk.
+With stop_gradient(A) the only path to Wq and Wk is cut: their gradients are
+exact zeros; dWv is unchanged.
+Port note: jax.nn.softmax(s, where=mask) would give zeros for an empty row, but
+torch.softmax has no such argument; both ports write the same double jnp.where /
+torch.where and define an empty (fully masked) row as zero weights (pitfall P12).
+Shapes: N tokens, E model width, K head width.
+Reference: Vaswani et al. 2017, arXiv:1706.03762.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jax_impl._common import array, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
+from shared.losses import check_same_shape
+
+__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "run"]
+
+
+class Attention(nnx.Module):
+    """Single head: context [N, K] = masked_softmax(q(x) k(x)ᵀ / √K) v(x), x [N, E]; no biases."""
+
+    def __init__(self, e: int, k: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.q = nnx.Linear(e, k, use_bias=False, param_dtype=dtype, rngs=rngs)
+        self.k = nnx.Linear(e, k, use_bias=False, param_dtype=dtype, rngs=rngs)
+        self.v = nnx.Linear(e, k, use_bias=False, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array, mask: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+        """(context [N, K], weights [N, N]); mask [N, N] bool, True = may attend."""
+        q, k, v = self.q(x), self.k(x), self.v(x)  # [N, K] each
+        weights = masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)  # [N, N]
+        if variant == "weights_stopped":
+            weights = jax.lax.stop_gradient(
+                weights
+            )  # GRAD-FLOW: attention weights are a constant: Q and K get no gradient
+        return weights @ v, weights
+
+
+def build_model(fx) -> Attention:
+    """An Attention head loaded with the fixture's canonical kernels."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    return load_params(Attention(fx.dims["E"], fx.dims["K"], jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+
+
+def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
+    """Row softmax of scores [N, N] over the allowed entries; a fully masked row gives zeros (P12).
+
+    Masked entries are −inf (weight exactly 0). An empty row's scores are replaced by 0
+    before the softmax, so neither its value nor its gradient is NaN.
+    """
+    live = mask.any(axis=-1, keepdims=True)  # [N, 1]
+    scores = jnp.where(mask, scores, -jnp.inf)
+    scores = jnp.where(live, scores, 0.0)  # GRAD-FLOW: an empty row gets finite scores, so no NaN reaches the gradient
+    return jnp.where(live, jax.nn.softmax(scores, axis=-1), 0.0)  # GRAD-FLOW: an empty row attends to nothing
+
+
+def mse_loss(context: jax.Array, target: jax.Array) -> jax.Array:
+    """mean((context - target)²) over [N, K]. Raises ValueError on a shape mismatch."""
+    check_same_shape("mse_loss", context=context.shape, target=target.shape)
+    return jnp.mean((context - target) ** 2)
+
+
+def _loss(model, x, mask, target, variant):
+    context, weights = model(x, mask, variant)
+    return mse_loss(context, target), (context, weights)
+
+
+@nnx.jit(static_argnames="variant")
+def _grads(model, x, mask, target, variant):
+    return nnx.value_and_grad(_loss, argnums=(0, 1), has_aux=True)(model, x, mask, target, variant)
+
+
+@scenario_run("attention_detach")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss [], context [N, K], weights [N, N], grads/{q,k,v}/kernel [E, K], grads/x [N, E]."""
+    model = build_model(fx)
+    x = array(fx, "x")
+    (loss, (context, weights)), (g_model, g_x) = _grads(model, x, array(fx, "mask"), array(fx, "target"), variant)
+
+    out = {"loss": numpy(loss), "context": numpy(context), "weights": numpy(weights), "grads/x": numpy(g_x)}
+    out.update({f"grads/{k}": g for k, g in fill_zero_grads(flat(g_model), params_of(model)).items()})
+    return out

@@ -1,0 +1,115 @@
+"""maml: meta-gradient of few-shot sinusoid regression through n inner SGD steps.
+
+Gradient flow: θ -> θ' = θ - α ∇L_sup(θ) -> L_query(θ') -> θ, through the inner
+gradient too (second_order: jax.grad of a function that calls jax.grad) or around
+it (first_order: stop_gradient on the inner gradient, so dθ'/dθ = I).
+Port note: there is no create_graph or retain_graph: jax.grad returns an ordinary
+traceable function, so the inner gradient is differentiable by default and FOMAML
+must say stop_gradient; nothing is kept or freed between the two gradients.
+nnx.split / nnx.merge play the part of torch.func.functional_call.
+Shapes: T tasks, S support and Q query points, D inputs, H hidden units, O outputs.
+Reference: Finn et al. 2017, arXiv:1703.03400; Nichol et al. 2018, arXiv:1803.02999.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jax_impl._common import array, flat, load_params, numpy, scenario_run
+from shared.losses import check_same_shape
+
+__all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "run"]
+
+
+class MLP(nnx.Module):
+    """f_θ(x) [N, O] = l2(tanh(l1(x [N, D])))."""
+
+    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
+        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l2(jnp.tanh(self.l1(x)))
+
+
+def build_model(fx) -> MLP:
+    """An MLP loaded with the fixture's initial (meta) parameters θ."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
+    return load_params(MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+
+
+def mse_loss(pred: jax.Array, y: jax.Array) -> jax.Array:
+    """mean((pred - y)²) over pred [N, O], y [N, O]. Raises ValueError on a shape mismatch."""
+    check_same_shape("mse_loss", pred=pred.shape, y=y.shape)
+    return jnp.mean((pred - y) ** 2)
+
+
+def task_loss(graphdef: nnx.GraphDef, params: nnx.State, x: jax.Array, y: jax.Array) -> jax.Array:
+    """L(θ) = mse(f_θ(x), y) with θ given as an nnx.State (nnx.merge, the functional_call of NNX)."""
+    return mse_loss(nnx.merge(graphdef, params)(x), y)
+
+
+def adapt(
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    x: jax.Array,
+    y: jax.Array,
+    alpha: jax.Array,
+    steps: int,
+    variant: str,
+) -> nnx.State:
+    """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a traceable function of θ."""
+    for _ in range(steps):
+        grads = jax.grad(task_loss, argnums=1)(graphdef, params, x, y)
+        if variant == "first_order":
+            grads = jax.lax.stop_gradient(grads)  # GRAD-FLOW: FOMAML treats the inner gradient as a constant
+        params = jax.tree.map(lambda p, g: p - alpha * g, params, grads)
+    return params
+
+
+def meta_loss(graphdef: nnx.GraphDef, params: nnx.State, tasks, alpha: jax.Array, steps: int, variant: str):
+    """Σ_t L_query(adapt(θ, support_t)); returns (meta-loss [], (per-task losses [T], adapted θ'_t stacked [T, ...])).
+
+    `tasks` holds support_x [T, S, D], support_y [T, S, O], query_x [T, Q, D], query_y [T, Q, O].
+    """
+    sx, sy, qx, qy = tasks
+    adapted = jax.vmap(lambda x, y: adapt(graphdef, params, x, y, alpha, steps, variant))(sx, sy)
+    losses = jax.vmap(lambda p, x, y: task_loss(graphdef, p, x, y))(adapted, qx, qy)  # [T]
+    return losses.sum(), (losses, adapted)
+
+
+def _objective(params, support_y, graphdef, tasks, alpha, steps, variant):
+    sx, _, qx, qy = tasks
+    return meta_loss(graphdef, params, (sx, support_y, qx, qy), alpha, steps, variant)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "steps", "variant"))
+def _meta_step(graphdef, params, tasks, alpha, steps, variant):
+    grad_fn = jax.value_and_grad(_objective, argnums=(0, 1), has_aux=True)
+    (_, (losses, adapted)), (meta, g_support_y) = grad_fn(params, tasks[1], graphdef, tasks, alpha, steps, variant)
+    query_grads = jax.vmap(lambda p, x, y: jax.grad(task_loss, argnums=1)(graphdef, p, x, y))(adapted, *tasks[2:])
+    return losses, adapted, query_grads, meta, g_support_y
+
+
+@scenario_run("maml")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: adapted/<param> [T, ...], query_loss [T], query_grads/<param> [T, ...] (∇L_q at θ'_t),
+    meta_grads/<param> (d meta-loss / dθ), data_grads/support_y [T, S, O]."""
+    graphdef, params = nnx.split(build_model(fx))
+
+    tasks = tuple(array(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
+    alpha, steps = array(fx, "alpha"), int(fx["inner_steps"])
+    losses, adapted, query_grads, meta, g_support_y = _meta_step(graphdef, params, tasks, alpha, steps, variant)
+
+    out = {f"adapted/{k}": v for k, v in flat(adapted).items()}
+    out["query_loss"] = numpy(losses)
+    out.update({f"query_grads/{k}": v for k, v in flat(query_grads).items()})
+    out.update({f"meta_grads/{k}": v for k, v in flat(meta).items()})
+    out["data_grads/support_y"] = numpy(g_support_y)
+    return out

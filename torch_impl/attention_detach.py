@@ -1,0 +1,82 @@
+"""attention_detach: single-head scaled dot-product attention, weights detached or not.
+
+Gradient flow: loss -> context = A V -> Wv, x; A = softmax(Q Kᵀ / √K) -> Wq, Wk.
+With A.detach() the only path to Wq and Wk is cut: their .grad stays None (zeros
+here); dWv is unchanged.
+Port note: torch.softmax has no `where=`; an empty (fully masked) row is NaN unless
+guarded, so both ports write the same double torch.where / jnp.where and define an
+empty row as zero weights (pitfall P12).
+Shapes: N tokens, E model width, K head width.
+Reference: Vaswani et al. 2017, arXiv:1706.03762.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from shared.losses import check_same_shape
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_grads, load_canonical
+
+__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "run"]
+
+
+class Attention(nn.Module):
+    """Single head: context [N, K] = masked_softmax(q(x) k(x)ᵀ / √K) v(x), x [N, E]; no biases."""
+
+    def __init__(self, e: int, k: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.q = nn.Linear(e, k, bias=False, dtype=dtype)
+        self.k = nn.Linear(e, k, bias=False, dtype=dtype)
+        self.v = nn.Linear(e, k, bias=False, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(context [N, K], weights [N, N]); mask [N, N] bool, True = may attend."""
+        q, k, v = self.q(x), self.k(x), self.v(x)  # [N, K] each
+        weights = masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)  # [N, N]
+        if variant == "weights_stopped":
+            weights = weights.detach()  # GRAD-FLOW: attention weights are a constant: Q and K get no gradient
+        return weights @ v, weights
+
+
+def build_model(fx) -> Attention:
+    """An Attention head loaded with the fixture's canonical kernels."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    return load_canonical(Attention(fx.dims["E"], fx.dims["K"], getattr(torch, fx.dtype)), params)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Row softmax of scores [N, N] over the allowed entries; a fully masked row gives zeros (P12).
+
+    Masked entries are −inf (weight exactly 0). An empty row's scores are replaced by 0
+    before the softmax, so neither its value nor its gradient is NaN.
+    """
+    live = mask.any(dim=-1, keepdim=True)  # [N, 1]
+    scores = torch.where(mask, scores, -math.inf)
+    scores = torch.where(
+        live, scores, 0.0
+    )  # GRAD-FLOW: an empty row gets finite scores, so no NaN reaches the gradient
+    return torch.where(live, torch.softmax(scores, dim=-1), 0.0)  # GRAD-FLOW: an empty row attends to nothing
+
+
+def mse_loss(context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """mean((context - target)²) over [N, K]. Raises ValueError on a shape mismatch."""
+    check_same_shape("mse_loss", context=tuple(context.shape), target=tuple(target.shape))
+    return ((context - target) ** 2).mean()
+
+
+@scenario_run("attention_detach")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss [], context [N, K], weights [N, N], grads/{q,k,v}/kernel [E, K], grads/x [N, E]."""
+    model = build_model(fx)
+    x = tensor(fx, "x", requires_grad=True)
+    context, weights = model(x, tensor(fx, "mask"), variant)
+    loss = mse_loss(context, tensor(fx, "target"))
+    loss.backward()
+    out = {"loss": numpy(loss), "context": numpy(context), "weights": numpy(weights), "grads/x": numpy(x.grad)}
+    out.update({f"grads/{k}": g for k, g in canonical_grads(model).items()})
+    return out

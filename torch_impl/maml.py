@@ -1,0 +1,115 @@
+"""maml: meta-gradient of few-shot sinusoid regression through n inner SGD steps.
+
+Gradient flow: θ -> θ' = θ - α ∇L_sup(θ) -> L_query(θ') -> θ, through the inner
+gradient too (second_order, create_graph=True) or around it (first_order: the
+inner gradient is built without a graph, a constant, so dθ'/dθ = I).
+Port note: create_graph=True is what makes the inner gradient differentiable; the
+default create_graph=False is FOMAML with no error and no detach. JAX has no such
+flag: nested jax.grad is second order unless stop_gradient says otherwise. The
+torch.func twin (functional_call + torch.func.grad, closest to JAX) is checked
+against this file in tests/test_maml.py.
+Shapes: T tasks, S support and Q query points, D inputs, H hidden units, O outputs.
+Reference: Finn et al. 2017, arXiv:1703.03400; Nichol et al. 2018, arXiv:1803.02999.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from shared.losses import check_same_shape
+from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
+from torch_impl._layout import canonical_named, load_canonical
+
+__all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "run"]
+
+
+class MLP(nn.Module):
+    """f_θ(x) [N, O] = l2(tanh(l1(x [N, D])))."""
+
+    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(d, h, dtype=dtype)
+        self.l2 = nn.Linear(h, o, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(x)))
+
+
+def build_model(fx) -> MLP:
+    """An MLP loaded with the fixture's initial (meta) parameters θ."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
+    return load_canonical(MLP(d, h, o, getattr(torch, fx.dtype)), params)
+
+
+def mse_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """mean((pred - y)²) over pred [N, O], y [N, O]. Raises ValueError on a shape mismatch."""
+    check_same_shape("mse_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    return ((pred - y) ** 2).mean()
+
+
+def task_loss(model: MLP, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """L(θ) = mse(f_θ(x), y) with θ given as a dict keyed like named_parameters() (functional_call)."""
+    return mse_loss(functional_call(model, params, (x,)), y)
+
+
+def adapt(
+    model: MLP,
+    params: dict[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    alpha: float,
+    steps: int,
+    variant: str,
+) -> dict[str, torch.Tensor]:
+    """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a function of θ for autograd."""
+    for _ in range(steps):
+        loss = task_loss(model, params, x, y)
+        second_order = variant == "second_order"
+        grads = torch.autograd.grad(
+            loss, list(params.values()), create_graph=second_order
+        )  # GRAD-FLOW: FOMAML treats the inner gradient as a constant
+        params = {k: p - alpha * g for (k, p), g in zip(params.items(), grads, strict=True)}
+    return params
+
+
+def meta_loss(model: MLP, params: dict[str, torch.Tensor], tasks, alpha: float, steps: int, variant: str):
+    """Σ_t L_query(adapt(θ, support_t)); returns (meta-loss [], per-task losses [T], adapted θ'_t per task).
+
+    `tasks` holds support_x [T, S, D], support_y [T, S, O], query_x [T, Q, D], query_y [T, Q, O].
+    """
+    sx, sy, qx, qy = tasks
+    losses, adapted = [], []
+    for t in range(sx.shape[0]):
+        params_t = adapt(model, params, sx[t], sy[t], alpha, steps, variant)
+        losses.append(task_loss(model, params_t, qx[t], qy[t]))
+        adapted.append(params_t)
+    losses = torch.stack(losses)  # [T]
+    return losses.sum(), losses, adapted
+
+
+@scenario_run("maml")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: adapted/<param> [T, ...], query_loss [T], query_grads/<param> [T, ...] (∇L_q at θ'_t),
+    meta_grads/<param> (d meta-loss / dθ), data_grads/support_y [T, S, O]."""
+    model = build_model(fx)
+    params = dict(model.named_parameters())
+    support_y = tensor(fx, "support_y", requires_grad=True)  # to show the path through the inner gradient
+    tasks = (tensor(fx, "support_x"), support_y, tensor(fx, "query_x"), tensor(fx, "query_y"))
+    total, losses, adapted = meta_loss(model, params, tasks, fx.scalar("alpha"), int(fx["inner_steps"]), variant)
+    query_grads = []
+    for t, params_t in enumerate(adapted):
+        # retain_graph: the meta-gradient below walks the same graph again
+        g_t = torch.autograd.grad(losses[t], list(params_t.values()), retain_graph=True)
+        query_grads.append(canonical_named(model, dict(zip(params_t, g_t, strict=True))))
+    *meta, g_support_y = grads_or_zeros(total, [*params.values(), support_y])
+    adapted = [canonical_named(model, p) for p in adapted]
+    out = {f"adapted/{k}": np.stack([p[k] for p in adapted]) for k in adapted[0]}
+    out["query_loss"] = numpy(losses)
+    out.update({f"query_grads/{k}": np.stack([g[k] for g in query_grads]) for k in query_grads[0]})
+    out.update({f"meta_grads/{k}": v for k, v in canonical_named(model, dict(zip(params, meta, strict=True))).items()})
+    out["data_grads/support_y"] = numpy(g_support_y)
+    return out
