@@ -37,9 +37,7 @@ class Regressor(nnx.Module):
         features = jnp.tanh(self.encoder(x))
         head_input = features
         if variant == "detach_features":
-            head_input = jax.lax.stop_gradient(
-                features
-            )  # GRAD-FLOW: the head reads fixed features: the encoder stops training
+            head_input = jax.lax.stop_gradient(features)  # GRAD-FLOW: the head reads fixed features (C22)
         return self.head(head_input), features
 
 

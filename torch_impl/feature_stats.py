@@ -38,7 +38,7 @@ class Regressor(nn.Module):
         features = torch.tanh(self.encoder(x))
         head_input = features
         if variant == "detach_features":
-            head_input = features.detach()  # GRAD-FLOW: the head reads fixed features: the encoder stops training
+            head_input = features.detach()  # GRAD-FLOW: the head reads fixed features (C22)
         return self.head(head_input), features
 
 
