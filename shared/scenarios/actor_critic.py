@@ -50,7 +50,7 @@ def gumbel_scores(logits: np.ndarray, noise: np.ndarray) -> np.ndarray:
 
 
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
-    sizes = {"B": 6, "D": 3, "H": 4, "A": 3}
+    sizes = dict(zip("BDHA", (int(v) for v in rng.integers(2, 7, size=4)), strict=True))  # small, from the seed
     out = {
         "obs": rng.normal(size=(sizes["B"], sizes["D"])),
         "actions": rng.integers(0, sizes["A"], size=sizes["B"]),

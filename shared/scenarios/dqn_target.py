@@ -57,7 +57,8 @@ def _tied_network(rng: np.random.Generator, next_obs: np.ndarray, sizes: dict[st
         p["l2/kernel"][1:, 2] = p["l2/kernel"][1:, 1]  # columns 1, 2 differ only where the feature is 0
         p["l2/bias"] = rng.normal(size=a)
         q0 = np.tanh(p["l1/bias"]) @ p["l2/kernel"]
-        p["l2/bias"][1] = p["l2/bias"][2] = p["l2/bias"][0] + q0[0] - q0[1] + 0.5  # the tie is the max at s′ = 0
+        others = np.delete(p["l2/bias"] + q0, TIE_ACTIONS).max()
+        p["l2/bias"][1] = p["l2/bias"][2] = others - q0[1] + 0.5  # the tie is the max at s′ = 0, by 0.5
         q = np.tanh(next_obs @ p["l1/kernel"] + p["l1/bias"]) @ p["l2/kernel"] + p["l2/bias"]
         top2 = np.sort(q, axis=1)[:, -2:]
         gaps = np.delete(top2[:, 1] - top2[:, 0], TIE_ROW)
@@ -66,7 +67,9 @@ def _tied_network(rng: np.random.Generator, next_obs: np.ndarray, sizes: dict[st
 
 
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
-    sizes = {"B": 5, "D": 3, "H": 4, "A": 3}
+    # small shapes from the seed; B > DONE_ROW, H >= 2 (unit 0 carries the tie), A >= 3 (a tie above action 0)
+    sizes = {"B": int(rng.integers(4, 7)), "D": int(rng.integers(2, 5)), "H": int(rng.integers(2, 6))}
+    sizes["A"] = int(rng.integers(3, 6))
     obs = rng.normal(size=(sizes["B"], sizes["D"]))
     next_obs = rng.normal(size=(sizes["B"], sizes["D"]))
     next_obs[TIE_ROW] = 0.0

@@ -35,7 +35,7 @@ SCHEMA = {
 
 
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
-    sizes = {"B": 6, "D": 3, "H": 4, "C": 3}
+    sizes = dict(zip("BDHC", (int(v) for v in rng.integers(2, 7, size=4)), strict=True))  # small, from the seed
     out = {
         "x": rng.normal(size=(sizes["B"], sizes["D"])),
         "y1": rng.normal(size=sizes["B"]),
