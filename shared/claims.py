@@ -57,6 +57,9 @@ class _Facts:
         if not ok:
             self.failed.append(text)
 
+    def note(self, text: str) -> None:
+        self.parts.append(text)
+
     def result(self) -> tuple[bool, str]:
         return not self.failed, "; ".join(self.parts)
 
@@ -203,6 +206,7 @@ def _v09(t: dict, j: dict) -> tuple[bool, str]:
     )
     f.need(t["no_grad_tensor_grad"] == [2.0, 2.0, 2.0], "a no_grad tensor can be used later")
     f.need(j.get("applies") is False, "JAX: no inference mode")
+    f.note("speed ratios: detach-parity bench")
     return f.result()
 
 
@@ -309,6 +313,7 @@ def _v16(t: dict, j: dict) -> tuple[bool, str]:
         j["stop"]["grad_eqns"] < j["none"]["grad_eqns"] and j["stop"]["residuals"] == j["head_only"]["residuals"],
         f"JAX grad eqns {j['none']['grad_eqns']} → {j['stop']['grad_eqns']}",
     )
+    f.note("step-time ratios: detach-parity bench")
     return f.result()
 
 
@@ -324,6 +329,7 @@ def _v17(t: dict, j: dict) -> tuple[bool, str]:
     f.need(
         j["grad_state"] == "nonzero" and j["stopped_logits_grad_state"] == "zero", "JAX: zero policy gradient, silently"
     )
+    f.note("step-time ratios: detach-parity bench")
     return f.result()
 
 
@@ -441,7 +447,7 @@ class Claim:
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"{self.id}: verdict expected one of {VERDICTS}, got {self.verdict!r}")
-        if self.article.split(" / ")[0].split()[0] not in ARTICLES:
+        if self.article not in ARTICLES:
             raise ValueError(f"{self.id}: article expected one of {sorted(ARTICLES)}, got {self.article!r}")
 
     @property
@@ -477,7 +483,7 @@ _RECORDS = [
      "Right: with T = 40 the last output's gradient reaches steps 0..39, 30..39 and 39 for no detach, every 10 and every step.", "tbptt", _v10),
     ("C11", "A1", "§5.2", "Detaching the hidden state every 10 steps saves memory.", "misleading",
      "Only with a backward per chunk: with one loss summed over all steps the saved activations are the same while the gradient is truncated. Dropping references saves memory, not detach itself.", "tbptt", _v11),
-    ("C12", "A1 / A3", "§6.1 / §2.2 scenario 3", "Detaching one task's input isolates the shared trunk from that task.", "correct",
+    ("C12", "A1", "§6.1 (A3 §2.2 scenario 3)", "Detaching one task's input isolates the shared trunk from that task.", "correct",
      "Right: the trunk gradient is exactly the other task's gradient. (A3's snippet calls backward on a non-scalar output and raises.)", "multitask", _v12),
     ("C13", "A1", "§6.2", "MAML uses detach to approximate second-order gradients.", "misleading",
      "The snippet has no detach. First-order MAML treats the inner gradient as a constant (detach, or grad without create_graph) and drops the Hessian term; the meta-gradients differ noticeably.", "maml", _v13),
@@ -539,7 +545,7 @@ class Outcome:
         return {
             "id": c.id,
             "article": c.article,
-            "article_title": " / ".join(ARTICLES[a.strip()] for a in c.article.split("/")),
+            "article_title": ARTICLES[c.article],
             "section": c.section,
             "claim": c.claim,
             "verdict": c.verdict,

@@ -184,8 +184,9 @@ def check_c04() -> dict:
 
 
 def _three_layers() -> nn.ModuleDict:
-    torch.manual_seed(0)
-    return nn.ModuleDict({f"layer{i}": nn.Linear(4, 4, dtype=F64) for i in (1, 2, 3)})
+    with torch.random.fork_rng():  # a fixed init without touching the global generator
+        torch.manual_seed(0)
+        return nn.ModuleDict({f"layer{i}": nn.Linear(4, 4, dtype=F64) for i in (1, 2, 3)})
 
 
 def _printout(m: nn.ModuleDict) -> dict[str, bool]:
@@ -242,9 +243,10 @@ def check_c06() -> dict:
     """
     d = toy("mlp")
     x, y = _t(d["x"]), _t(d["y"])
-    torch.manual_seed(0)
-    backbone = nn.Sequential(nn.Linear(4, 6, dtype=F64), nn.BatchNorm1d(6, dtype=F64), nn.Tanh())
-    head = nn.Linear(6, 2, dtype=F64)
+    with torch.random.fork_rng():  # a fixed init without touching the global generator
+        torch.manual_seed(0)
+        backbone = nn.Sequential(nn.Linear(4, 6, dtype=F64), nn.BatchNorm1d(6, dtype=F64), nn.Tanh())
+        head = nn.Linear(6, 2, dtype=F64)
 
     def moved(fn: Callable[[], Any]) -> tuple[bool, dict[str, int], Any]:
         before = backbone[1].running_mean.clone()
