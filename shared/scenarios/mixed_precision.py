@@ -129,9 +129,10 @@ SPEC = Scenario(
     name="mixed_precision",
     title="bfloat16 autocast with float32 master weights and loss scaling: the overflow step is skipped",
     family="scenarios",
-    claims=(),
-    source="P15, DESIGN (mixed precision scenarios)",
+    claims=("C15",),
+    source="A1 §7.2, P15",
     lesson=(
+        "Mixed precision needs no detach (C15): autocast, float32 master weights and loss scaling. "
         "Loss scaling by a power of two is exact, so unscaled bfloat16 gradients agree with float32 "
         "gradients to bfloat16 precision; a non-finite step must be skipped (parameters and Adam's step "
         "count unchanged) while the scale backs off — the scale sequences of torch and JAX are identical."
