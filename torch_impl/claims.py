@@ -498,9 +498,9 @@ def check_c13() -> dict:
     so, fo = _maml_grad(d, False), _maml_grad(d, True)
     inner, outer = _maml_losses(d)
     theta, alpha = _t(d["theta"]), float(d["alpha"])
-    g_in = torch.func.grad(inner)(theta)
-    g_out = torch.func.grad(outer)(theta - alpha * g_in)
-    hess = torch.func.hessian(inner)(theta)
+    grad = lambda fn, th: torch.autograd.grad(fn(th.requires_grad_()), th)[0]
+    g_out = grad(outer, theta - alpha * grad(inner, theta.clone()))
+    hess = torch.autograd.functional.hessian(inner, theta)
     closed_so = (torch.eye(3, dtype=F64) - alpha * hess) @ g_out
     return {
         "second_order": so.tolist(),
