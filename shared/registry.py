@@ -34,6 +34,15 @@ _MODULES = (
     "maml",
     "attention_detach",
     "gan",
+    # pitfalls (family "pitfalls"), P01-P08
+    "p01_std_convention",
+    "p02_norm_at_zero",
+    "p03_subgradient_kinks",
+    "p04_gelu",
+    "p05_layernorm_eps",
+    "p06_batchnorm_stats",
+    "p07_linear_layout",
+    "p08_gru_bias",
 )
 
 

@@ -1,0 +1,44 @@
+"""p01_std_convention: the standard deviation over the last axis, ported from torch.
+
+Gradient flow: x -> std(x) -> sum -> loss; d std_i / d x_ij = (x_ij − mean_i) / ((N − 1) std_i).
+Port note: torch `x.std(dim)` is unbiased (correction=1, divide by N − 1); `jnp.std`
+divides by N (ddof=0). Port `x.std(dim)` as `jnp.std(x, axis, ddof=1)` and torch
+`correction=0` as the jnp default. `naive` is the straightforward `jnp.std(x, -1)`:
+every std is sqrt((N − 1)/N) too small, with no error.
+Shapes: R rows, N elements per row.
+Reference: JAX docs, jax.numpy.std (ddof).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl._common import array, scenario_run
+
+__all__ = ["row_std", "run"]
+
+
+def row_std(x: jax.Array, variant: str) -> jax.Array:
+    """Std over the last axis: [R, N] -> [R]; unbiased (ddof=1) in "ported", ddof=0 in "naive"."""
+    if variant == "naive":
+        return jnp.std(x, axis=-1)  # the straightforward port: population std
+    return jnp.std(x, axis=-1, ddof=1)
+
+
+@functools.partial(jax.jit, static_argnames="variant")
+def _std_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+    grad = jax.grad(lambda v: row_std(v, variant).sum())(
+        x
+    )  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
+    return row_std(x, variant), grad
+
+
+@scenario_run("p01_std_convention")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: std [R]; grads/x [R, N] = d sum(std) / dx."""
+    std, grad = _std_and_grad(array(fx, "x"), variant)
+    return {"std": std, "grads/x": grad}

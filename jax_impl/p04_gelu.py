@@ -1,0 +1,40 @@
+"""p04_gelu: GELU, ported as torch's exact (erf) form.
+
+Gradient flow: x -> gelu(x) -> sum; gelu'(x) = Φ(x) + x·φ(x).
+Port note: `jax.nn.gelu` defaults to approximate=True (the tanh formula); torch's
+`F.gelu` is exact unless approximate='tanh'. Port as `jax.nn.gelu(x, approximate=False)`.
+`naive` keeps the default: at x = 1 it gives 0.841192 instead of 0.841345.
+Shapes: N elements.
+Reference: Hendrycks & Gimpel 2016, arXiv:1606.08415; JAX docs, jax.nn.gelu.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+from jax_impl._common import array, scenario_run
+
+__all__ = ["gelu", "run"]
+
+
+def gelu(x: jax.Array, variant: str) -> jax.Array:
+    """x·Φ(x) elementwise, [N] -> [N]; "naive" is jax.nn.gelu's default tanh approximation."""
+    if variant == "naive":
+        return jax.nn.gelu(x)
+    return jax.nn.gelu(x, approximate=False)
+
+
+@functools.partial(jax.jit, static_argnames="variant")
+def _value_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+    grad = jax.grad(lambda v: gelu(v, variant).sum())(x)  # GRAD-FLOW: elementwise derivative of the activation
+    return gelu(x, variant), grad
+
+
+@scenario_run("p04_gelu")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: y [N] = gelu(x); grads/x [N] = gelu'(x)."""
+    y, grad = _value_and_grad(array(fx, "x"), variant)
+    return {"y": y, "grads/x": grad}

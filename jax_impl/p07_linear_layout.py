@@ -1,0 +1,56 @@
+"""p07_linear_layout: load a torch nn.Linear checkpoint into nnx.Linear; kernel = weight.T.
+
+Gradient flow: loss = mean((x K + b − y)²) -> K, b, with K = Wᵀ [I, O] the Flax kernel.
+Port note: nn.Linear.weight is [out, in], a Flax kernel [in, out]: transpose on load
+and compare kernel gradients transposed. `naive` loads the weight as the kernel: for a
+square layer the shapes agree, nothing raises, and the layer computes x W + b.
+Shapes: B samples, I inputs, O outputs (I = O).
+Reference: Flax docs, flax.nnx.Linear; PyTorch docs, torch.nn.Linear.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jax_impl._common import array, flat, load_params, scenario_run
+from shared.losses import check_same_shape
+
+__all__ = ["load_linear", "mse", "run"]
+
+
+def load_linear(fx, variant: str) -> nnx.Linear:
+    """nnx.Linear(I, O) from the fixture's torch state dict: kernel = weight.T ("naive": weight as is)."""
+    weight = np.asarray(fx["state_dict/weight"])  # [O, I]
+    o, i = weight.shape
+    kernel = weight if variant == "naive" else weight.T  # [I, O]
+    zeros = nnx.initializers.zeros_init()  # no random init: every weight comes from the checkpoint
+    lin = nnx.Linear(i, o, param_dtype=jnp.dtype(fx.dtype), kernel_init=zeros, rngs=nnx.Rngs(0))
+    return load_params(lin, {"kernel": kernel, "bias": fx["state_dict/bias"]})
+
+
+def mse(pred: jax.Array, target: jax.Array) -> jax.Array:
+    """Mean squared error of pred [B, O] against target [B, O]. Raises ValueError on a shape mismatch."""
+    check_same_shape("mse", pred=pred.shape, target=target.shape)
+    return jnp.mean((pred - target) ** 2)
+
+
+def _loss(lin: nnx.Linear, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    pred = lin(x)
+    return mse(pred, y), pred
+
+
+@nnx.jit
+def _loss_and_grads(lin: nnx.Linear, x: jax.Array, y: jax.Array):
+    return nnx.value_and_grad(_loss, has_aux=True)(lin, x, y)  # GRAD-FLOW: d loss / d (kernel, bias)
+
+
+@scenario_run("p07_linear_layout")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; pred [B, O]; grads/kernel [I, O]; grads/bias [O]."""
+    (loss, pred), grads = _loss_and_grads(load_linear(fx, variant), array(fx, "x"), array(fx, "y"))
+    out = {"loss": loss, "pred": pred}
+    out.update({f"grads/{k}": g for k, g in flat(grads).items()})
+    return out

@@ -1,0 +1,56 @@
+"""p01_std_convention: torch's std is unbiased (N−1), jnp.std is the population std (N).
+
+Shapes: R rows, N elements per row; std over the last axis.
+Handed case (PITFALLS P01): x = [[3.4, 5.6, 7.8], [2, 3, 4], [0.1, 0.2, 0.3]]:
+torch [2.2, 1.0, 0.1], naive jnp.std [1.7963, 0.8165, 0.0816], ratio sqrt(N/(N−1)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.fixtures import Field
+from shared.records import Porting, Scenario
+
+SCHEMA = {"x": Field(("R", "N"), doc="rows of samples; std over the last axis (N >= 2)")}
+
+
+def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
+    if case == "handed":  # PITFALLS P01
+        return {"x": np.array([[3.4, 5.6, 7.8], [2.0, 3.0, 4.0], [0.1, 0.2, 0.3]])}
+    return {"x": rng.normal(loc=1.0, scale=2.0, size=(3, 3))}  # the handed shape: one compile serves both
+
+
+def oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    x = fx.float64()["x"]
+    n = x.shape[-1]
+    std = x.std(axis=-1, ddof=1)
+    grad = (x - x.mean(axis=-1, keepdims=True)) / ((n - 1) * std[:, None])  # d sum(std) / dx
+    return {"std": std, "grads/x": grad}
+
+
+_PATTERN = (("std", "nonzero"), ("grads/x", "nonzero"))
+
+SPEC = Scenario(
+    name="p01_std_convention",
+    title="std convention: torch divides by N−1, jnp.std by N",
+    family="pitfalls",
+    claims=(),
+    source="P01",
+    lesson=(
+        "x.std() in torch is the unbiased estimate (correction=1); jnp.std defaults to ddof=0. "
+        "A straightforward port shrinks every std by sqrt((N−1)/N) with no error."
+    ),
+    variants=("ported", "naive"),
+    cases=("handed", "random"),
+    schema=SCHEMA,
+    build=build,
+    oracle=oracle,
+    pattern={"ported": _PATTERN, "naive": _PATTERN},
+    porting=Porting(
+        torch="`x.std(dim)` (unbiased, `correction=1`)",
+        jax="`jnp.std(x, axis, ddof=1)`; torch `correction=0` ↔ jnp default",
+        trap="`jnp.std` defaults to `ddof=0`: values shrink by sqrt((N−1)/N), silently",
+    ),
+    diverges=("naive",),
+)

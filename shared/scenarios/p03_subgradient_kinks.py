@@ -1,0 +1,66 @@
+"""p03_subgradient_kinks: which subgradient at a kink: abs at 0, clamp at a bound.
+
+Shapes: N elements; bounds lo < hi are scalars.
+Handed case (PITFALLS P03): x = [0, 0.5, −0.5, 0]; the clamp bounds ±0.5 are ours so
+that the same x sits on both kinds of kink. Pinned convention: torch's, in both ports:
+abs'(0) = 0 (sign), clamp'(x) = 1 for lo <= x <= hi (bounds included), 0 outside.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.fixtures import Field
+from shared.records import Porting, Scenario
+
+SCHEMA = {
+    "x": Field(("N",), doc="points, some exactly on a kink (0, lo, hi)"),
+    "lo": Field((), doc="lower clamp bound"),
+    "hi": Field((), doc="upper clamp bound"),
+}
+
+
+def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
+    if case == "handed":  # PITFALLS P03: the L1 example; bounds ours
+        return {"x": np.array([0.0, 0.5, -0.5, 0.0]), "lo": np.array(-0.5), "hi": np.array(0.5)}
+    lo, hi = -rng.uniform(0.2, 1.0), rng.uniform(0.2, 1.0)
+    x = rng.permutation([0.0, lo, hi, rng.normal()])  # the handed shape: one compile serves both
+    return {"x": x, "lo": np.array(lo), "hi": np.array(hi)}
+
+
+def oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    a = fx.float64()
+    x, lo, hi = a["x"], float(a["lo"]), float(a["hi"])
+    return {
+        "l1": np.array(np.abs(x).sum()),
+        "clamped": np.clip(x, lo, hi),
+        "grads/l1": np.sign(x),  # torch: sign(0) = 0
+        "grads/clamp": ((x >= lo) & (x <= hi)).astype(np.float64),  # torch: 1 on the bounds
+    }
+
+
+_PATTERN = (("l1", "nonzero"), ("clamped", "nonzero"), ("grads/l1", "nonzero"), ("grads/clamp", "nonzero"))
+
+SPEC = Scenario(
+    name="p03_subgradient_kinks",
+    title="subgradients at kinks: abs'(0) and clamp at a bound differ between torch and JAX",
+    family="pitfalls",
+    claims=(),
+    source="P03",
+    lesson=(
+        "Any subgradient is valid at a kink, but the frameworks pick different ones: abs'(0) is 0 in "
+        "torch and 1 in JAX; clamp at a bound is 1 in torch and 0.5 in jnp.clip. The port pins torch's."
+    ),
+    variants=("ported", "naive"),
+    cases=("handed", "random"),
+    schema=SCHEMA,
+    build=build,
+    oracle=oracle,
+    pattern={"ported": _PATTERN, "naive": _PATTERN},
+    porting=Porting(
+        torch="`x.abs()`, `x.clamp(lo, hi)` (abs'(0) = 0, clamp' = 1 on the bounds)",
+        jax="`jax.custom_jvp` abs with tangent `sign(x)`; clamp as `jnp.where(inside, x, bound)`",
+        trap="`jnp.abs`'(0) = 1 and `jnp.clip`' = 0.5 on a bound: L1 gradient [1, 1, −1, 1], not [0, 1, −1, 0]",
+    ),
+    diverges=("naive",),
+)

@@ -1,0 +1,49 @@
+"""p02_norm_at_zero: the gradient of ‖x‖₂ at the zero vector, torch's way (0).
+
+Gradient flow: x -> ‖x‖ -> loss; d‖x‖/dx = x / ‖x‖, which torch defines as 0 at x = 0.
+Port note: torch's `linalg.vector_norm` backward masks the 0/0 at the zero vector;
+`jnp.linalg.norm` (and optax.global_norm) differentiates sqrt at 0 and returns NaN,
+also for `norm(x)**2`. Port with `optax.safe_norm(x, 0.0)` and `jnp.sum(x**2)`.
+Shapes: N elements.
+Reference: PyTorch docs, torch.linalg.vector_norm; optax docs, optax.safe_norm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from torch_impl._common import numpy, scenario_run, tensor
+
+__all__ = ["norm", "sq_norm", "penalized", "run"]
+
+
+def norm(x: torch.Tensor, variant: str) -> torch.Tensor:
+    """‖x‖₂ of x [N] -> []; its gradient at 0 is 0 (torch's convention)."""
+    return torch.linalg.vector_norm(x)  # GRAD-FLOW: d‖x‖/dx pinned to 0 at the zero vector
+
+
+def sq_norm(x: torch.Tensor, variant: str) -> torch.Tensor:
+    """‖x‖₂² of x [N] -> []; gradient 2x, finite at 0."""
+    return torch.linalg.vector_norm(x) ** 2  # GRAD-FLOW: d‖x‖²/dx = 2x, finite at the zero vector
+
+
+def penalized(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> torch.Tensor:
+    """0.5·‖x − t‖² + λ‖x‖: a data term plus a norm penalty (group-lasso style), x, t [N] -> []."""
+    return 0.5 * ((x - t) ** 2).sum() + lam * norm(x, variant)
+
+
+@scenario_run("p02_norm_at_zero")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: norm []; grads/norm, grads/sq_norm, grads/penalized [N], all taken at x."""
+    x, t = tensor(fx, "x", requires_grad=True), tensor(fx, "t")
+    value = norm(x, variant)
+    (g_norm,) = torch.autograd.grad(value, [x])
+    (g_sq,) = torch.autograd.grad(sq_norm(x, variant), [x])
+    (g_pen,) = torch.autograd.grad(penalized(x, t, fx.scalar("lam"), variant), [x])
+    return {
+        "norm": numpy(value),
+        "grads/norm": numpy(g_norm),
+        "grads/sq_norm": numpy(g_sq),
+        "grads/penalized": numpy(g_pen),
+    }

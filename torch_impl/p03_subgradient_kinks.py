@@ -1,0 +1,41 @@
+"""p03_subgradient_kinks: abs and clamp at their kinks, torch's subgradients.
+
+Gradient flow: x -> |x|, clamp(x, lo, hi) -> sums. torch picks abs'(0) = 0 (sign) and
+clamp' = 1 on the bounds (lo <= x <= hi inclusive), 0 outside.
+Port note: jnp.abs'(0) = 1 and jnp.clip' = 0.5 exactly on a bound. Any subgradient is
+valid, so the package pins torch's in the JAX port: a `jax.custom_jvp` abs with
+tangent sign(x), and clamp as `jnp.where(lo <= x <= hi, x, bound)`. relu'(0) = 0 and
+maximum(x, 0)' = 0.5 at 0 already agree.
+Shapes: N elements; lo, hi scalars.
+Reference: PyTorch autograd formulas (derivatives.yaml: abs, clamp); JAX docs, custom_jvp.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from torch_impl._common import numpy, scenario_run, tensor
+
+__all__ = ["l1", "clamp", "run"]
+
+
+def l1(x: torch.Tensor, variant: str) -> torch.Tensor:
+    """sum |x| of x [N] -> []; gradient sign(x), 0 at 0."""
+    return x.abs().sum()  # GRAD-FLOW: abs'(0) = 0, torch's subgradient
+
+
+def clamp(x: torch.Tensor, lo: float, hi: float, variant: str) -> torch.Tensor:
+    """x [N] clamped to [lo, hi]; gradient 1 for lo <= x <= hi (bounds included), else 0."""
+    return x.clamp(lo, hi)  # GRAD-FLOW: clamp' = 1 on the bounds, torch's subgradient
+
+
+@scenario_run("p03_subgradient_kinks")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: l1 []; clamped [N]; grads/l1, grads/clamp [N] (d sum / dx)."""
+    x = tensor(fx, "x", requires_grad=True)
+    value = l1(x, variant)
+    clamped = clamp(x, fx.scalar("lo"), fx.scalar("hi"), variant)
+    (g_l1,) = torch.autograd.grad(value, [x])
+    (g_clamp,) = torch.autograd.grad(clamped.sum(), [x])
+    return {"l1": numpy(value), "clamped": numpy(clamped), "grads/l1": numpy(g_l1), "grads/clamp": numpy(g_clamp)}

@@ -1,0 +1,33 @@
+"""p04_gelu: GELU, torch's exact (erf) form.
+
+Gradient flow: x -> gelu(x) -> sum; gelu'(x) = Φ(x) + x·φ(x).
+Port note: `F.gelu` is exact unless approximate='tanh'; `jax.nn.gelu` defaults to
+approximate=True (the tanh formula). Port as `jax.nn.gelu(x, approximate=False)`;
+at x = 1 the naive port gives 0.841192 instead of 0.841345.
+Shapes: N elements.
+Reference: Hendrycks & Gimpel 2016, arXiv:1606.08415; PyTorch docs, torch.nn.functional.gelu.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from torch_impl._common import numpy, scenario_run, tensor
+
+__all__ = ["gelu", "run"]
+
+
+def gelu(x: torch.Tensor, variant: str) -> torch.Tensor:
+    """x·Φ(x) elementwise, [N] -> [N], exact in both variants (torch's default)."""
+    return F.gelu(x)
+
+
+@scenario_run("p04_gelu")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: y [N] = gelu(x); grads/x [N] = gelu'(x)."""
+    x = tensor(fx, "x", requires_grad=True)
+    y = gelu(x, variant)
+    (grad,) = torch.autograd.grad(y.sum(), [x])  # GRAD-FLOW: elementwise derivative of the activation
+    return {"y": numpy(y), "grads/x": numpy(grad)}

@@ -1,0 +1,39 @@
+"""p05_layernorm_eps: LayerNorm with torch's default epsilon (1e-5).
+
+Gradient flow: x -> LN(x) -> sum(c * LN(x)); the gradient flows through the row mean
+and variance, and eps sits under the square root: 1 / sqrt(var + eps).
+Port note: `nn.LayerNorm(D)` uses eps=1e-5, `nnx.LayerNorm(D)` epsilon=1e-6. Pass
+`epsilon=1e-5` explicitly; it matters when the feature variance is near eps
+(std ≈ 0.01: outputs off by ~0.1, input gradients by ~23 %). torch `weight` is Flax `scale`.
+Shapes: B rows, D features.
+Reference: Ba et al. 2016, arXiv:1607.06450; PyTorch docs, torch.nn.LayerNorm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_grads, load_canonical
+
+__all__ = ["make_layer_norm", "run"]
+
+
+def make_layer_norm(fx, variant: str) -> nn.LayerNorm:
+    """nn.LayerNorm(D) with its default eps = 1e-5, loaded with the fixture's scale and bias."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    return load_canonical(nn.LayerNorm(fx.dims["D"], dtype=getattr(torch, fx.dtype)), params)
+
+
+@scenario_run("p05_layernorm_eps")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: y [B, D]; grads/x [B, D]; grads/scale, grads/bias [D] of loss = sum(c * y)."""
+    ln = make_layer_norm(fx, variant)
+    x, c = tensor(fx, "x", requires_grad=True), tensor(fx, "c")
+    y = ln(x)
+    (c * y).sum().backward()  # GRAD-FLOW: through the row mean and 1 / sqrt(var + eps)
+    out = {"y": numpy(y), "grads/x": numpy(x.grad)}
+    out.update({f"grads/{k}": g for k, g in canonical_grads(ln).items()})
+    return out

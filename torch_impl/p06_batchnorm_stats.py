@@ -1,0 +1,50 @@
+"""p06_batchnorm_stats: BatchNorm1d running statistics, torch's convention.
+
+Gradient flow: x -> BN_train(x) -> sum(c * out) flows through the batch mean and
+(biased) variance; the running statistics are buffers, updated outside the graph:
+running = (1 − m)·running + m·batch, with the unbiased batch variance for running_var.
+Port note: nnx.BatchNorm's momentum is the weight of the *old* value (torch m = 0.1 is
+nnx momentum = 0.9), and nnx stores the biased variance: scale it by N/(N − 1), or load
+torch's running statistics. Copying momentum=0.1 gives mean [2.7, 1.8] for [0.3, 0.2].
+Shapes: B batch rows, E eval rows, F features.
+Reference: Ioffe & Szegedy 2015, arXiv:1502.03167; PyTorch docs, torch.nn.BatchNorm1d.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import load_canonical
+
+__all__ = ["make_batch_norm", "run"]
+
+
+def make_batch_norm(fx, variant: str) -> nn.BatchNorm1d:
+    """nn.BatchNorm1d(F, momentum=m) with the fixture's scale, bias and running statistics."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    bn = nn.BatchNorm1d(fx.dims["F"], momentum=fx.scalar("momentum"), dtype=getattr(torch, fx.dtype))
+    load_canonical(bn, params)
+    with torch.no_grad():  # GRAD-FLOW: running statistics are buffers, never parameters
+        bn.running_mean.copy_(tensor(fx, "running_mean"))
+        bn.running_var.copy_(tensor(fx, "running_var"))
+    return bn
+
+
+@scenario_run("p06_batchnorm_stats")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: train_out, grads/x [B, F]; running_mean, running_var [F] after one batch; eval_out [E, F]."""
+    bn = make_batch_norm(fx, variant)
+    x, c = tensor(fx, "x", requires_grad=True), tensor(fx, "c")
+    train_out = bn.train()(x)
+    (c * train_out).sum().backward()  # GRAD-FLOW: through the batch statistics, not the running ones
+    eval_out = bn.eval()(tensor(fx, "x_eval"))
+    return {
+        "train_out": numpy(train_out),
+        "grads/x": numpy(x.grad),
+        "running_mean": numpy(bn.running_mean),
+        "running_var": numpy(bn.running_var),
+        "eval_out": numpy(eval_out),
+    }

@@ -1,0 +1,49 @@
+"""p07_linear_layout: load a torch nn.Linear checkpoint and train on it; weight is [out, in].
+
+Gradient flow: loss = mean((x Wᵀ + b − y)²) -> W, b. Outputs in the canonical layout:
+grads/kernel [I, O] is weight.grad transposed (torch_impl/_layout.py).
+Port note: a Flax kernel is [in, out], so kernel = weight.T. A square layer loaded
+without the transpose raises nothing and computes x W + b: a different function.
+Non-square layers fail at load time, which is why the square case is the dangerous one.
+Shapes: B samples, I inputs, O outputs (I = O).
+Reference: PyTorch docs, torch.nn.Linear; Flax docs, flax.nnx.Linear.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from shared.losses import check_same_shape
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_grads
+
+__all__ = ["load_linear", "mse", "run"]
+
+
+def load_linear(fx, variant: str) -> nn.Linear:
+    """nn.Linear(I, O) from the fixture's torch state dict (weight [O, I], bias [O]), as torch stores it."""
+    o, i = fx["state_dict/weight"].shape
+    lin = nn.Linear(i, o, dtype=getattr(torch, fx.dtype))
+    lin.load_state_dict({"weight": tensor(fx, "state_dict/weight"), "bias": tensor(fx, "state_dict/bias")})
+    return lin
+
+
+def mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Mean squared error of pred [B, O] against target [B, O]. Raises ValueError on a shape mismatch."""
+    check_same_shape("mse", pred=tuple(pred.shape), target=tuple(target.shape))
+    return F.mse_loss(pred, target)
+
+
+@scenario_run("p07_linear_layout")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; pred [B, O]; grads/kernel [I, O] (canonical); grads/bias [O]."""
+    lin = load_linear(fx, variant)
+    pred = lin(tensor(fx, "x"))
+    loss = mse(pred, tensor(fx, "y"))
+    loss.backward()  # GRAD-FLOW: d loss / d (kernel, bias)
+    out = {"loss": numpy(loss), "pred": numpy(pred)}
+    out.update({f"grads/{k}": g for k, g in canonical_grads(lin).items()})
+    return out
