@@ -38,9 +38,7 @@ class Attention(nnx.Module):
         q, k, v = self.q(x), self.k(x), self.v(x)  # [N, K] each
         weights = masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)  # [N, N]
         if variant == "weights_stopped":
-            weights = jax.lax.stop_gradient(
-                weights
-            )  # GRAD-FLOW: attention weights are a constant: Q and K get no gradient
+            weights = jax.lax.stop_gradient(weights)  # GRAD-FLOW: constant weights: no gradient reaches Q and K
         return weights @ v, weights
 
 
@@ -58,7 +56,7 @@ def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:
     """
     live = mask.any(axis=-1, keepdims=True)  # [N, 1]
     scores = jnp.where(mask, scores, -jnp.inf)
-    scores = jnp.where(live, scores, 0.0)  # GRAD-FLOW: an empty row gets finite scores, so no NaN reaches the gradient
+    scores = jnp.where(live, scores, 0.0)  # GRAD-FLOW: empty rows get finite scores: no NaN in the gradient
     return jnp.where(live, jax.nn.softmax(scores, axis=-1), 0.0)  # GRAD-FLOW: an empty row attends to nothing
 
 

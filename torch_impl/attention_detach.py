@@ -39,7 +39,7 @@ class Attention(nn.Module):
         q, k, v = self.q(x), self.k(x), self.v(x)  # [N, K] each
         weights = masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)  # [N, N]
         if variant == "weights_stopped":
-            weights = weights.detach()  # GRAD-FLOW: attention weights are a constant: Q and K get no gradient
+            weights = weights.detach()  # GRAD-FLOW: constant weights: no gradient reaches Q and K
         return weights @ v, weights
 
 
@@ -57,9 +57,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     live = mask.any(dim=-1, keepdim=True)  # [N, 1]
     scores = torch.where(mask, scores, -math.inf)
-    scores = torch.where(
-        live, scores, 0.0
-    )  # GRAD-FLOW: an empty row gets finite scores, so no NaN reaches the gradient
+    scores = torch.where(live, scores, 0.0)  # GRAD-FLOW: empty rows get finite scores: no NaN in the gradient
     return torch.where(live, torch.softmax(scores, dim=-1), 0.0)  # GRAD-FLOW: an empty row attends to nothing
 
 

@@ -68,10 +68,11 @@ def adapt(
     """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a function of θ for autograd."""
     for _ in range(steps):
         loss = task_loss(model, params, x, y)
-        second_order = variant == "second_order"
         grads = torch.autograd.grad(
-            loss, list(params.values()), create_graph=second_order
-        )  # GRAD-FLOW: FOMAML treats the inner gradient as a constant
+            loss,
+            list(params.values()),
+            create_graph=variant == "second_order",  # GRAD-FLOW: FOMAML treats the inner gradient as a constant
+        )
         params = {k: p - alpha * g for (k, p), g in zip(params.items(), grads, strict=True)}
     return params
 
