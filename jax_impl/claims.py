@@ -186,8 +186,9 @@ def check_c05() -> dict:
     """
     x, p = _a(toy("mlp")["x"]), _three_layers()
     states = lambda g: {k: _state(_global(v)) for k, v in g.items()}
-    grad = jax.jit(jax.grad(_layers_loss), static_argnums=2)
-    return {"as_written": states(grad(p, x, "layer3")), "fix_stop_below_layer3": states(grad(p, x, "below_layer3"))}
+    grad = jax.grad(_layers_loss)
+    written, fixed = jax.jit(lambda p: (grad(p, x, "layer3"), grad(p, x, "below_layer3")))(p)
+    return {"as_written": states(written), "fix_stop_below_layer3": states(fixed)}
 
 
 def _mlp_params(d: dict) -> dict[str, jax.Array]:
@@ -532,8 +533,9 @@ def check_c17() -> dict:
         logp = jnp.take_along_axis(jax.nn.log_softmax(logits, axis=1), a[:, None], axis=1)[:, 0]
         return -jnp.mean(logp * ret)
 
-    grad, w = jax.jit(jax.grad(pg_loss), static_argnums=1), _a(d["w"])
-    return {"grad_state": _state(grad(w, False)), "stopped_logits_grad_state": _state(grad(w, True))}
+    grad = jax.grad(pg_loss)
+    plain, stopped = jax.jit(lambda w: (grad(w, False), grad(w, True)))(_a(d["w"]))
+    return {"grad_state": _state(plain), "stopped_logits_grad_state": _state(stopped)}
 
 
 def _explode_loss(p: dict, x: jax.Array, cut: jax.Array) -> jax.Array:
@@ -546,9 +548,6 @@ def _explode_loss(p: dict, x: jax.Array, cut: jax.Array) -> jax.Array:
     return h.sum()
 
 
-_explode_grad = jax.jit(jax.grad(_explode_loss))
-
-
 @_x64
 def check_c18() -> dict:
     """C18: optax.clip_by_global_norm keeps the direction; stop_gradient every step does not.
@@ -558,10 +557,15 @@ def check_c18() -> dict:
     """
     d = toy("explode")
     p, x = {"w": _a(d["w"]), "u": _a(d["u"])}, _a(d["x"])
-    full = _explode_grad(p, x, _cuts(None, 20))
     clip = optax.clip_by_global_norm(1.0)
-    clipped, _ = jax.jit(clip.update)(full, clip.init(full))
-    full_v, clipped_v, trunc_v = _global(full), _global(clipped), _global(_explode_grad(p, x, _cuts(1, 20)))
+
+    @jax.jit
+    def grads(p: dict) -> tuple[dict, ...]:
+        full = jax.grad(_explode_loss)(p, x, _cuts(None, 20))
+        clipped, _ = clip.update(full, clip.init(full))
+        return full, clipped, jax.grad(_explode_loss)(p, x, _cuts(1, 20))
+
+    full_v, clipped_v, trunc_v = (_global(g) for g in grads(p))
     return {
         "full_norm": float(np.linalg.norm(full_v)),
         "clipped_norm": float(np.linalg.norm(clipped_v)),
