@@ -34,6 +34,7 @@ _MODULES = (
     "maml",
     "attention_detach",
     "gan",
+    "tbptt",
     # pitfalls (family "pitfalls"), P01-P08
     "p01_std_convention",
     "p02_norm_at_zero",

@@ -1,0 +1,141 @@
+"""tbptt: truncated backpropagation through time, Elman tanh cell and GRU as plain functions.
+
+Gradient flow: loss_t -> h_t -> h_{t-1} -> ... back to the start of t's window; the
+carry is stopped at t = 0, k, 2k, ...: in a jax.lax.scan over the steps where a window
+starts (`unroll`, one compile for every k), or at the start of each window's body in a
+scan over windows (`unroll_windows`, k must divide T). k = T is full BPTT.
+Port note: torch's GRU keeps b_hn inside the reset gate, n = tanh(W_in x + b_in + r * (W_hn h
++ b_hn)). nnx.GRUCell (flax 0.12) has dense_i [I, 3H] with a bias and dense_h [H, 3H] without
+one: b_ir + b_hr and b_iz + b_hz merge into dense_i's bias, b_hn has no slot (P08). So the
+cell is a plain function of torch's canonical leaves: ih/kernel = weight_ih.T [I, 3H], ih/bias
+= bias_ih, hh/kernel = weight_hh.T [H, 3H], hh/bias = bias_hh, gate columns r | z | n.
+The Elman cell keeps torch's two biases too (nnx.SimpleCell has one).
+Shapes: T steps, B sequences, I inputs, H hidden units, G = 3H GRU gates, O outputs.
+Reference: Williams & Peng 1990, doi:10.1162/neco.1990.2.4.490; Cho et al. 2014, arXiv:1406.1078.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl._common import array, flat, numpy, scenario_run
+from shared.losses import check_same_shape
+from shared.scenarios.tbptt import CELLS, window
+
+__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "run"]
+
+
+class Recurrent:
+    """h_t = cell(x_t [B, I], h_{t-1} [B, H]); y_t [B, O] = readout(h_t). cell: "elman" (tanh) or "gru".
+
+    Stateless: `__call__(params, x, h)` is one step; params is the canonical pytree
+    {"cell": {"ih": {"kernel", "bias"}, "hh": {...}}, "readout": {"kernel", "bias"}}.
+    """
+
+    def __init__(self, cell: str) -> None:
+        if cell not in CELLS:
+            raise ValueError(f"Recurrent: cell expected one of {CELLS}, got {cell!r}")
+        self.cell = cell
+
+    def __call__(self, params: dict, x: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array]:
+        c = params["cell"]
+        gi = x @ c["ih"]["kernel"] + c["ih"]["bias"]  # [B, H] or [B, 3H]
+        gh = h @ c["hh"]["kernel"] + c["hh"]["bias"]
+        if self.cell == "elman":
+            h = jnp.tanh(gi + gh)
+        else:
+            i_r, i_z, i_n = jnp.split(gi, 3, axis=-1)
+            h_r, h_z, h_n = jnp.split(gh, 3, axis=-1)  # h_n = W_hn h + b_hn
+            r, z = jax.nn.sigmoid(i_r + h_r), jax.nn.sigmoid(i_z + h_z)
+            n = jnp.tanh(i_n + r * h_n)
+            h = (1.0 - z) * n + z * h
+        return h, h @ params["readout"]["kernel"] + params["readout"]["bias"]
+
+
+def build_model(fx, cell: str) -> tuple[Recurrent, dict]:
+    """(Recurrent, canonical parameter pytree) of one cell from the fixture."""
+    prefix = f"params/{cell}/"
+    params: dict = {}
+    for key in fx:
+        if key.startswith(prefix):
+            *path, leaf = key.removeprefix(prefix).split("/")
+            node = params
+            for part in path:
+                node = node.setdefault(part, {})
+            node[leaf] = array(fx, key)
+    return Recurrent(cell), params
+
+
+def step_loss(y: jax.Array, target: jax.Array) -> jax.Array:
+    """0.5 * mean((y - target)^2) of one step, y and target [B, O]. Raises ValueError on a shape mismatch."""
+    check_same_shape("step_loss", y=y.shape, target=target.shape)
+    return 0.5 * jnp.mean((y - target) ** 2)
+
+
+def unroll(model: Recurrent, params: dict, x: jax.Array, h: jax.Array, k: int) -> jax.Array:
+    """Outputs y [T, B, O] over x [T, B, I] from h [B, H], the carry stopped every k steps.
+
+    One scan over the steps; `starts` [T] marks the window starts t % k == 0. The mask
+    is data, not structure, so one compiled scan serves every k (see unroll_windows).
+    """
+    starts = jnp.arange(x.shape[0]) % k == 0
+
+    def step(h, inputs):
+        x_t, start = inputs
+        h = jnp.where(start, jax.lax.stop_gradient(h), h)  # GRAD-FLOW: a new window starts from a constant carry
+        return model(params, x_t, h)
+
+    return jax.lax.scan(step, h, (x, starts))[1]
+
+
+def unroll_windows(model: Recurrent, params: dict, x: jax.Array, h: jax.Array, k: int) -> jax.Array:
+    """As `unroll`, structured as a scan over windows of k steps, each starting from a stopped carry.
+
+    Raises ValueError unless k divides T (a scan needs equal windows). Compiles once per k.
+    """
+    t_steps = x.shape[0]
+    if t_steps % k:
+        raise ValueError(f"unroll_windows: k expected to divide T = {t_steps}, got k = {k}")
+
+    def run_window(h, xs):  # xs [k, B, I]
+        h = jax.lax.stop_gradient(h)  # GRAD-FLOW: a new window starts from a constant carry
+        return jax.lax.scan(lambda h, x_t: model(params, x_t, h), h, xs)
+
+    _, ys = jax.lax.scan(run_window, h, x.reshape(t_steps // k, k, *x.shape[1:]))
+    return ys.reshape(t_steps, *ys.shape[2:])
+
+
+def _losses(params, x, h0, targets, cell, k):
+    ys = unroll(Recurrent(cell), params, x, h0, k)
+    return jax.vmap(step_loss)(ys, targets)  # [T]
+
+
+@functools.partial(jax.jit, static_argnames=("cell",))
+def _grads(params, x, h0, targets, cell, k):
+    """One forward, two backward passes (summed loss, last step's loss) batched with vmap."""
+    losses, vjp = jax.vjp(lambda p, xs: _losses(p, xs, h0, targets, cell, k), params, x)
+    cotangents = jnp.stack([jnp.ones_like(losses), jnp.zeros_like(losses).at[-1].set(1.0)])  # [2, T]
+    g_params, g_x = jax.vmap(vjp)(cotangents)
+    return losses.sum(), jax.tree.map(lambda g: g[0], g_params), g_x[0], g_x[1]
+
+
+@scenario_run("tbptt")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs per cell: loss [], grads/<param>, grads/x [T, B, I], grads_last/x/tNN [B, I] (last step's loss)."""
+    out = {}
+    t_steps = fx.dims["T"]
+    k = window(variant, t_steps)
+    for cell in CELLS:
+        _, params = build_model(fx, cell)
+        x, targets = array(fx, "x"), array(fx, "targets")
+        loss, g_params, g_x, grad_last = _grads(params, x, array(fx, "h0"), targets, cell, k)
+
+        out[f"{cell}/loss"] = numpy(loss)
+        out.update({f"{cell}/grads/{key}": g for key, g in flat(g_params).items()})
+        out[f"{cell}/grads/x"] = numpy(g_x)
+        out.update({f"{cell}/grads_last/x/t{t:02d}": numpy(grad_last[t]) for t in range(t_steps)})
+    return out

@@ -1,0 +1,104 @@
+"""tbptt: truncated backpropagation through time, Elman tanh cell (nn.RNNCell) and GRU (nn.GRUCell).
+
+Gradient flow: loss_t -> h_t -> h_{t-1} -> ... back to the start of t's window; the
+carry is detached at t = 0, k, 2k, ..., so nothing reaches an earlier input step.
+k = T is full BPTT. Idiomatic torch calls backward once per window (C11: that, not
+detach, is what frees a window's activations); the summed gradient is the same.
+Port note: nn.GRUCell computes n = tanh(W_in x + b_in + r * (W_hn h + b_hn)); the
+canonical layout keeps torch's fused blocks, ih/kernel = weight_ih.T [I, 3H] with gate
+columns r | z | n (torch_impl/_layout.py). nnx.GRUCell has no b_hn (P08): the JAX twin
+is a plain function.
+Shapes: T steps, B sequences, I inputs, H hidden units, G = 3H GRU gates, O outputs.
+Reference: Williams & Peng 1990, doi:10.1162/neco.1990.2.4.490; Cho et al. 2014, arXiv:1406.1078.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from shared.losses import check_same_shape
+from shared.scenarios.tbptt import CELLS, window
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_grads, load_canonical
+
+__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "run"]
+
+
+class Recurrent(nn.Module):
+    """h_t = cell(x_t [B, I], h_{t-1} [B, H]); y_t [B, O] = readout(h_t). cell: "elman" (tanh) or "gru"."""
+
+    def __init__(self, cell: str, i: int, h: int, o: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        if cell not in CELLS:
+            raise ValueError(f"Recurrent: cell expected one of {CELLS}, got {cell!r}")
+        rnn_cell = nn.RNNCell if cell == "elman" else nn.GRUCell
+        self.cell = rnn_cell(i, h, dtype=dtype)
+        self.readout = nn.Linear(h, o, dtype=dtype)
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.cell(x, h)  # nn.GRUCell: gates r, z, n; n = tanh(W_in x + b_in + r * (W_hn h + b_hn))
+        return h, self.readout(h)
+
+
+def build_model(fx, cell: str) -> Recurrent:
+    """A Recurrent model of one cell loaded with the fixture's canonical parameters."""
+    prefix = f"params/{cell}/"
+    params = {k.removeprefix(prefix): v for k, v in fx.items() if k.startswith(prefix)}
+    i, h, o = fx.dims["I"], fx.dims["H"], fx.dims["O"]
+    return load_canonical(Recurrent(cell, i, h, o, getattr(torch, fx.dtype)), params)
+
+
+def step_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """0.5 * mean((y - target)^2) of one step, y and target [B, O]. Raises ValueError on a shape mismatch."""
+    check_same_shape("step_loss", y=tuple(y.shape), target=tuple(target.shape))
+    return 0.5 * torch.mean((y - target) ** 2)
+
+
+def unroll(model: Recurrent, x: torch.Tensor, h: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """Outputs y_t [B, O] for t < T over x [T, B, I] from h [B, H], the carry detached every k steps."""
+    ys = []
+    for t in range(x.shape[0]):
+        if t % k == 0:
+            h = h.detach()  # GRAD-FLOW: a new window starts from a constant carry
+        h, y = model(x[t], h)
+        ys.append(y)
+    return ys
+
+
+def unroll_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """As `unroll`, structured as a loop over windows of k steps, each starting from a detached carry.
+
+    Raises ValueError unless k divides T (mirrors the JAX scan over equal windows).
+    """
+    t_steps = x.shape[0]
+    if t_steps % k:
+        raise ValueError(f"unroll_windows: k expected to divide T = {t_steps}, got k = {k}")
+    ys = []
+    for start in range(0, t_steps, k):
+        h = h.detach()  # GRAD-FLOW: a new window starts from a constant carry
+        for x_t in x[start : start + k]:
+            h, y = model(x_t, h)
+            ys.append(y)
+    return ys
+
+
+@scenario_run("tbptt")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs per cell: loss [], grads/<param>, grads/x [T, B, I], grads_last/x/tNN [B, I] (last step's loss)."""
+    out = {}
+    t_steps = fx.dims["T"]
+    k = window(variant, t_steps)
+    for cell in CELLS:
+        model = build_model(fx, cell)
+        x, targets = tensor(fx, "x", requires_grad=True), tensor(fx, "targets")
+        losses = [step_loss(y, targets[t]) for t, y in enumerate(unroll(model, x, tensor(fx, "h0"), k))]
+        (grad_last,) = torch.autograd.grad(losses[-1], x, retain_graph=True)
+        for start in range(0, t_steps, k):  # one backward per window, as a TBPTT training loop does
+            torch.stack(losses[start : start + k]).sum().backward()
+        out[f"{cell}/loss"] = numpy(torch.stack(losses).sum())
+        out.update({f"{cell}/grads/{key}": g for key, g in canonical_grads(model).items()})
+        out[f"{cell}/grads/x"] = numpy(x.grad)
+        out.update({f"{cell}/grads_last/x/t{t:02d}": numpy(grad_last[t]) for t in range(t_steps)})
+    return out
