@@ -174,6 +174,7 @@ def _c22(t, j):
 SPECIFIC = {f"C{i:02d}": globals()[f"_c{i:02d}"] for i in range(1, 23)}
 
 
+@pytest.mark.xdist_group("claims")  # one worker computes the shared run
 @pytest.mark.parametrize("claim_id", IDS)
 def test_claim_reproduces_its_verdict(run, claim_id: str) -> None:
     entry = run["by_id"][claim_id]
@@ -182,6 +183,7 @@ def test_claim_reproduces_its_verdict(run, claim_id: str) -> None:
     SPECIFIC[claim_id](entry["torch"], entry["jax"])
 
 
+@pytest.mark.xdist_group("claims")
 def test_claims_cli_all_reproduced_exit_0(run) -> None:
     assert run["rc"] == 0 and run["data"]["ok"] is True
     assert [c["id"] for c in run["data"]["claims"]] == IDS
