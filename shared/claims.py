@@ -80,8 +80,8 @@ def _fmt(x: float) -> str:
 def _v01(t: dict, j: dict) -> tuple[bool, str]:
     f = _Facts()
     f.need(
-        t["shares_storage"] and t["y_after_alias_write"] == [100.0, 4.0, 6.0],
-        "z = y.detach(); z[0] = 100 → y = [100, 4, 6]",
+        t["shares_storage"] and t["version_bumped"] and t["y_after_alias_write"] == [100.0, 4.0, 6.0],
+        "z = y.detach(); z[0] = 100 → y = [100, 4, 6] (shared storage and version counter)",
     )
     f.need(
         _err(t["backward_after_alias_write"], "RuntimeError", INPLACE),

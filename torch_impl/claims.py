@@ -115,8 +115,8 @@ def check_c01() -> dict:
     """C01: detach() aliases storage and version counter; detach().clone() is the snapshot.
 
     Returns: y before/after writing z[0] = 100 through z = y.detach() (y = 2 * [1, 2, 3]),
-    whether they share memory, the backward error when y was saved, y after an
-    out-of-place op and after writing into a clone.
+    whether they share memory and the version counter, the backward error when y was saved,
+    y after writing into the result of an out-of-place op and into a clone.
     """
     x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
     y = x * 2
@@ -130,7 +130,9 @@ def check_c01() -> dict:
     y2.detach()[0] = 100.0  # GRAD-FLOW: C01 a detached alias of y
     saved_error = _error(loss.backward)
     y3 = x * 2
-    _ = y3.detach() + 1  # GRAD-FLOW: C01 out-of-place: a new tensor
+    w = y3.detach() + 1  # GRAD-FLOW: C01 out-of-place: a new tensor
+    w[0] = 100.0
+    after_out_of_place = y3.tolist()
     snap = y3.detach().clone()  # GRAD-FLOW: C01 the snapshot
     snap[0] = 100.0
     return {
@@ -139,7 +141,7 @@ def check_c01() -> dict:
         "shares_storage": shares,
         "version_bumped": bumped,
         "backward_after_alias_write": saved_error,
-        "y_after_out_of_place": y3.tolist(),
+        "y_after_out_of_place": after_out_of_place,
         "y_after_clone_write": y3.tolist(),
     }
 
