@@ -51,8 +51,10 @@ def build_model(fx) -> ActorCritic:
     return load_params(ActorCritic(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
 
 
-def select_actions(logits: jax.Array, noise: jax.Array) -> jax.Array:
-    """Gumbel-max sample of softmax(logits [B, A]) with uniform noise [B, A] in (0, 1): int actions [B].
+def select_actions(logits: jax.Array, noise: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Gumbel-max sample of softmax(logits [B, A]) with uniform noise [B, A] in (0, 1).
+
+    Returns (int actions [B], their log-probabilities [B]), both constants: what a rollout stores.
 
     Raises:
       ValueError: logits and noise differ in shape.
@@ -60,7 +62,8 @@ def select_actions(logits: jax.Array, noise: jax.Array) -> jax.Array:
     """
     check_same_shape("select_actions", logits=logits.shape, noise=noise.shape)
     logits = jax.lax.stop_gradient(logits)  # GRAD-FLOW: acting needs no graph
-    return jnp.argmax(logits - jnp.log(-jnp.log(noise)), axis=-1)
+    actions = jnp.argmax(logits - jnp.log(-jnp.log(noise)), axis=-1)  # [B]
+    return actions, jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), actions[:, None], axis=1).squeeze(1)
 
 
 def a2c_losses(
@@ -109,16 +112,17 @@ def _step(model, batch, vf_coef, ent_coef, variant):
 
 @scenario_run("actor_critic")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs: loss, policy_loss, value_loss, entropy []; advantages [B]; selected_actions [B] int64;
+    """Outputs: loss, policy_loss, value_loss, entropy []; advantages, selected_logp [B]; selected_actions [B] int64;
     grads/{actor,critic}/<param> of the total; policy_grads/critic/<param> of the policy loss alone."""
     model = build_model(fx)
     batch = {k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}
     coefs = array(fx, "vf_coef"), array(fx, "ent_coef")
-    loss, (policy_loss, value_loss, entropy, advantages, selected), grads, policy_grads = _step(
+    loss, (policy_loss, value_loss, entropy, advantages, (selected, selected_logp)), grads, policy_grads = _step(
         model, batch, *coefs, variant
     )
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "value_loss": numpy(value_loss)}
-    out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_actions=numpy(selected).astype(np.int64))
+    out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_logp=numpy(selected_logp))
+    out["selected_actions"] = numpy(selected).astype(np.int64)
     out.update({f"grads/{k}": g for k, g in flat(grads).items()})
     out.update({f"policy_grads/{k}": g for k, g in flat(policy_grads).items() if k.startswith("critic/")})
     return out

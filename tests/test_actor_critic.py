@@ -93,6 +93,18 @@ def test_gumbel_max_actions_are_identical_integers() -> None:
             np.testing.assert_array_equal(out[fw]["selected_actions"], expect)
 
 
+def test_acting_outputs_are_constants() -> None:
+    """The sampled actions' log-probabilities (what a rollout stores) carry no graph and no gradient."""
+    fx = fixtures.make("actor_critic", "float32")
+    logits, _ = ta.build_model(fx)(tensor(fx, "obs"))
+    _, logp = ta.select_actions(logits, tensor(fx, "noise"))
+    assert logits.requires_grad and not logp.requires_grad and logp.grad_fn is None
+    jmodel = ja.build_model(fx)
+    obs, noise = jnp.asarray(fx["obs"]), jnp.asarray(fx["noise"])
+    grads = flat(nnx.grad(lambda m: ja.select_actions(m(obs)[0], noise)[1].sum())(jmodel))
+    assert all(np.all(grads[k] == 0) for k in ACTOR)
+
+
 def test_detaching_the_logits_of_the_policy_loss_starves_the_actor_c17() -> None:
     """Detach for acting, never for the loss: a policy loss on stopped logits gives the actor no gradient."""
     fx = fixtures.make("actor_critic", "float32")

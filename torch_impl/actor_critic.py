@@ -54,8 +54,10 @@ def build_model(fx) -> ActorCritic:
     return load_canonical(ActorCritic(d, h, a, getattr(torch, fx.dtype)), params)
 
 
-def select_actions(logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """Gumbel-max sample of softmax(logits [B, A]) with uniform noise [B, A] in (0, 1): int64 actions [B].
+def select_actions(logits: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gumbel-max sample of softmax(logits [B, A]) with uniform noise [B, A] in (0, 1).
+
+    Returns (int64 actions [B], their log-probabilities [B]), both constants: what a rollout stores.
 
     Raises:
       ValueError: logits and noise differ in shape.
@@ -63,7 +65,8 @@ def select_actions(logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
     """
     check_same_shape("select_actions", logits=tuple(logits.shape), noise=tuple(noise.shape))
     logits = logits.detach()  # GRAD-FLOW: acting needs no graph
-    return torch.argmax(logits - torch.log(-torch.log(noise)), dim=-1)
+    actions = torch.argmax(logits - torch.log(-torch.log(noise)), dim=-1)  # [B]
+    return actions, F.log_softmax(logits, dim=-1).gather(1, actions[:, None]).squeeze(1)
 
 
 def a2c_losses(
@@ -93,12 +96,12 @@ def a2c_losses(
 
 @scenario_run("actor_critic")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs: loss, policy_loss, value_loss, entropy []; advantages [B]; selected_actions [B] int64;
+    """Outputs: loss, policy_loss, value_loss, entropy []; advantages, selected_logp [B]; selected_actions [B] int64;
     grads/{actor,critic}/<param> of the total; policy_grads/critic/<param> of the policy loss alone."""
     model = build_model(fx)
     obs, actions, returns = tensor(fx, "obs"), tensor(fx, "actions"), tensor(fx, "returns")
     logits, values = model(obs)
-    selected = select_actions(logits, tensor(fx, "noise"))
+    selected, selected_logp = select_actions(logits, tensor(fx, "noise"))
     policy_loss, value_loss, entropy, advantages = a2c_losses(logits, values, actions, returns, variant)
     loss = policy_loss + fx.scalar("vf_coef") * value_loss - fx.scalar("ent_coef") * entropy
 
@@ -107,7 +110,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model.zero_grad(set_to_none=True)
     loss.backward()
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "value_loss": numpy(value_loss)}
-    out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_actions=numpy(selected).astype(np.int64))
+    out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_logp=numpy(selected_logp))
+    out["selected_actions"] = numpy(selected).astype(np.int64)
     out.update({f"grads/{k}": g for k, g in canonical_grads(model).items()})
     out.update({f"policy_grads/critic/{k}": g for k, g in policy_grads.items()})
     return out

@@ -97,7 +97,7 @@ def train_step(
     loss = td_loss(q_sa, y)
     loss.backward()
     optimizer.step()
-    return loss, (y - q_sa).detach(), y.detach()
+    return loss, y - q_sa, y
 
 
 def soft_update(online: nn.Module, target: nn.Module, tau: float) -> nn.Module:

@@ -95,13 +95,18 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     critic = [k for k in PARAMS if k.startswith("critic/")]
     policy = fd_grad(lambda p: losses(p, a, const)[0], params, wrt=critic)
     pl, vl, ent = losses(params, a)
+    logits = mlp(params, "actor", a["obs"])
+    selected = np.argmax(gumbel_scores(logits, a["noise"]), axis=1)
+    logp = logits - logits.max(axis=1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=1, keepdims=True))
     out = {
         "loss": np.array(pl + a["vf_coef"] * vl - a["ent_coef"] * ent),
         "policy_loss": np.array(pl),
         "value_loss": np.array(vl),
         "entropy": np.array(ent),
         "advantages": a["returns"] - values,
-        "selected_actions": np.argmax(gumbel_scores(mlp(params, "actor", a["obs"]), a["noise"]), axis=1),
+        "selected_actions": selected,
+        "selected_logp": logp[np.arange(len(selected)), selected],
     }
     out.update({f"grads/{k}": g for k, g in grads.items()})
     out.update({f"policy_grads/{k}": g for k, g in policy.items()})
@@ -114,6 +119,7 @@ def _pattern(policy_to_critic: str) -> tuple[tuple[str, str], ...]:
         ("grads/critic/*", "nonzero"),
         ("policy_grads/critic/*", policy_to_critic),  # the lesson: the policy loss never pushes the critic
         ("advantages", "nonzero"),
+        ("selected_logp", "nonzero"),
     )
 
 
