@@ -613,7 +613,7 @@ def check_c21() -> dict:
     @jax.jit
     def run(x: jax.Array) -> tuple[jax.Array, ...]:
         out = jax.nn.sigmoid(x)
-        zeroed = stop(out).at[:].set(0.0)  # GRAD-FLOW: C21 an alias sharing the version counter
+        zeroed = stop(out).at[:].set(0.0)  # GRAD-FLOW: C21 no alias: .at[].set returns a new array
         return jax.grad(lambda x: jax.nn.sigmoid(x).sum())(x), out, zeroed
 
     grad, out, zeroed = run(jnp.array([1.0, 2.0, 3.0]))
