@@ -44,6 +44,16 @@ _MODULES = (
     "p06_batchnorm_stats",
     "p07_linear_layout",
     "p08_gru_bias",
+    # pitfalls, P09-P17
+    "p09_lstm_layout",
+    "p10_adam_weight_decay",
+    "p11_none_vs_zero_grad",
+    "p12_masked_attention_row",
+    "p13_where_nan",
+    "p14_td_loss_broadcast",
+    "p15_loss_scale_overflow",
+    "p16_matmul_precision",
+    "p17_soft_update_order",
 )
 
 

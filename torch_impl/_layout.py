@@ -33,6 +33,7 @@ RULES: dict[type, tuple[tuple[str, str, Callable, Callable], ...]] = {
     nn.Linear: (("kernel", "weight", _T, _T), ("bias", "bias", _ID, _ID)),
     nn.RNNCell: _RNN_CELL,
     nn.GRUCell: _RNN_CELL,
+    nn.LSTMCell: _RNN_CELL,  # gate blocks i | f | g | o in the 4H columns; two biases, as torch has them
     # normalisation layers: only the name changes (torch weight <-> Flax scale); running stats are buffers
     nn.LayerNorm: (("scale", "weight", _ID, _ID), ("bias", "bias", _ID, _ID)),
     nn.BatchNorm1d: (("scale", "weight", _ID, _ID), ("bias", "bias", _ID, _ID)),

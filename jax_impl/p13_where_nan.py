@@ -1,0 +1,45 @@
+"""p13_where_nan (pitfall P13): f(x) = sum(where(x > 0, sqrt(x), 0)) and its gradient.
+
+Gradient flow: jax.grad differentiates both branches of `jnp.where` and gives
+the untaken one a zero cotangent; 0 * sqrt'(x) is nan at x <= 0.
+Port note: JAX `jnp.where` and torch `torch.where` share the trap, so the fix is
+the same on both sides: make the argument safe before the op (double where).
+The trap: the forward value is fine, only the gradient is NaN ([nan, nan, 0.25]
+on x = [-1, 0, 4]).
+Shapes: N elements.
+Reference: JAX FAQ, "Gradients contain NaN where using where".
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl._common import array, numpy, scenario_run
+
+__all__ = ["sqrt_where", "run"]
+
+
+def sqrt_where(x: jax.Array, variant: str) -> jax.Array:
+    """sum over [N] of sqrt(x) where x > 0, else 0; scalar in x's dtype.
+
+    "ported" guards the argument (double where); "naive" does not, so its
+    gradient is NaN at every x <= 0. Source: PITFALLS P13.
+    """
+    pos = x > 0
+    if variant == "ported":
+        x = jnp.where(pos, x, jnp.ones_like(x))  # GRAD-FLOW: the untaken branch sees a safe argument
+    return jnp.where(pos, jnp.sqrt(x), jnp.zeros_like(x)).sum()
+
+
+_value_and_grad = jax.jit(jax.value_and_grad(sqrt_where), static_argnames="variant")
+
+
+@scenario_run("p13_where_nan")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: f []; grads/x [N] (NaN at x <= 0 in "naive")."""
+    x = array(fx, "x")
+    f, g = _value_and_grad(x, variant)
+
+    return {"f": numpy(f), "grads/x": numpy(g)}

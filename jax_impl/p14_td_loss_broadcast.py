@@ -1,0 +1,59 @@
+"""p14_td_loss_broadcast (pitfall P14): mean squared TD error of Q [B, 1] against a target [B].
+
+Gradient flow: loss -> q flows (the target is already a constant here).
+Port note: JAX `jnp.mean((q - target) ** 2)` with [B, 1] and [B] broadcasts to
+[B, B] silently; the torch original `F.mse_loss(q, target)` at least warns. The
+trap: mse 1.8125 instead of 0.4375 on the handed input. Port: squeeze q to [B]
+explicitly, and let the loss check shapes (shared.losses.check_same_shape
+raises ValueError).
+Shapes: B transitions.
+Reference: Mnih et al. 2015, doi:10.1038/nature14236 (the TD loss); PITFALLS P14.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl._common import array, numpy, scenario_run
+from shared.losses import check_same_shape
+
+__all__ = ["td_loss", "naive_td_loss", "run"]
+
+
+def td_loss(q: jax.Array, target: jax.Array) -> jax.Array:
+    """Mean squared TD error of q [B] against target [B]; scalar.
+
+    Raises:
+      ValueError: q and target differ in shape (e.g. [B, 1] vs [B]).
+    """
+    target = jax.lax.stop_gradient(target)  # GRAD-FLOW: the TD target is a constant for the online net
+    check_same_shape("td_loss", q=q.shape, target=target.shape)
+    return jnp.mean((q - target) ** 2)
+
+
+def naive_td_loss(q: jax.Array, target: jax.Array) -> jax.Array:
+    """The straightforward loss on q [B, 1] and target [B]: broadcasts to [B, B], silently.
+
+    Kept to show the bug; never raises. Source: PITFALLS P14.
+    """
+    target = jax.lax.stop_gradient(target)  # GRAD-FLOW: the TD target is a constant for the online net
+    return jnp.mean((q - target) ** 2)
+
+
+def _loss(q: jax.Array, target: jax.Array, variant: str) -> jax.Array:
+    if variant == "ported":
+        return td_loss(q.squeeze(-1), target)
+    return naive_td_loss(q, target)
+
+
+_value_and_grad = jax.jit(jax.value_and_grad(_loss), static_argnames="variant")
+
+
+@scenario_run("p14_td_loss_broadcast")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a))."""
+    q, target = array(fx, "q"), array(fx, "target")
+    loss, g = _value_and_grad(q, target, variant)
+    return {"loss": numpy(loss), "grads/q": numpy(g)}

@@ -1,0 +1,48 @@
+"""p16_matmul_precision (pitfall P16): a dense layer's output and gradients, pinned vs accelerator default.
+
+Gradient flow: loss = sum(g * (x @ W)) -> x and W (both differentiated).
+Port note: JAX's default float32 matmul may be one bfloat16 (TPU) or TF32 (GPU)
+pass, where torch computes full float32 (allow_tf32 = False). The package pins
+`jax_default_matmul_precision = "highest"` once, in jax_impl/__init__.py. The
+trap: on CPU both are exact, so "naive" cannot show the default itself; it
+EMULATES one bfloat16 pass (operands rounded to bfloat16, forward and backward,
+accumulated in the fixture dtype) to measure what the pin protects against.
+Shapes: B rows, I inputs, O outputs.
+Reference: JAX docs, jax.default_matmul_precision; PyTorch docs, TF32 on Ampere.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jax_impl._common import array, numpy, scenario_run
+
+__all__ = ["dense", "run"]
+
+
+def dense(x: jax.Array, kernel: jax.Array, variant: str) -> jax.Array:
+    """y [B, O] = x [B, I] @ kernel [I, O]: pinned "highest" ("ported") or an emulated bfloat16 pass ("naive")."""
+    if variant == "naive":  # emulation: what a TPU's default precision does to a float32 matmul
+        bf16 = jnp.bfloat16
+        return jnp.matmul(x.astype(bf16), kernel.astype(bf16), preferred_element_type=x.dtype)
+    return x @ kernel
+
+
+def _loss(x: jax.Array, kernel: jax.Array, g: jax.Array, variant: str) -> jax.Array:
+    y = dense(x, kernel, variant)
+    return jnp.sum(g * y), y
+
+
+_grad_fn = jax.value_and_grad(_loss, argnums=(0, 1), has_aux=True)  # GRAD-FLOW: differentiate x and the kernel
+_value_and_grad = jax.jit(_grad_fn, static_argnames="variant")
+
+
+@scenario_run("p16_matmul_precision")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: y [B, O]; grads/x [B, I] and grads/kernel [I, O] of sum(g * y)."""
+    x = array(fx, "x")
+    kernel = array(fx, "kernel")
+    (_, y), (gx, gk) = _value_and_grad(x, kernel, array(fx, "g"), variant)
+    return {"y": numpy(y), "grads/x": numpy(gx), "grads/kernel": numpy(gk)}

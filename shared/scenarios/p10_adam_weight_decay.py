@@ -1,0 +1,93 @@
+"""p10_adam_weight_decay (pitfall P10): torch Adam(weight_decay) is coupled L2, optax.adamw is decoupled.
+
+Shapes: B samples, D features. Linear regression loss 0.5 * mean((x w - y)**2),
+`steps` Adam steps with weight decay wd.
+torch.optim.Adam(weight_decay=wd) adds wd * w to the gradient before the Adam
+moments (L2 regularisation); optax.adamw subtracts lr * wd * w after the Adam
+direction (decoupled, Loshchilov & Hutter). The port of Adam(wd) is
+optax.chain(optax.add_decayed_weights(wd), optax.adam(...)); the naive port
+(optax.adamw) diverges: 3 steps with wd = 0.1, lr = 0.1 differ by about 3e-2.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.fixtures import Field
+from shared.oracle import adamw
+from shared.records import Porting, Scenario
+
+SCHEMA = {
+    "x": Field(("B", "D"), doc="inputs"),
+    "y": Field(("B",), doc="regression targets"),
+    "w": Field(("D",), doc="initial weights"),
+    "lr": Field((), doc="Adam learning rate"),
+    "weight_decay": Field((), doc="wd: torch Adam(weight_decay=wd)"),
+    "b1": Field(()),
+    "b2": Field(()),
+    "eps": Field(()),
+    "steps": Field((), kind="int", doc="optimizer steps"),
+}
+
+
+def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
+    if case == "handed":  # P10: 3 steps with wd = 0.1 (inputs hand-written: P10 states only the difference)
+        data = {"x": np.array([[1.0, 2.0], [3.0, -1.0], [0.5, 0.5]]), "y": np.array([1.0, 0.0, 2.0])}
+        data["w"] = np.array([1.0, -1.0])
+    else:
+        data = {"x": rng.normal(size=(3, 2)), "y": rng.normal(size=3), "w": rng.normal(size=2)}
+    data.update(lr=np.array(0.1), weight_decay=np.array(0.1), b1=np.array(0.9), b2=np.array(0.999))
+    data.update(eps=np.array(1e-8), steps=np.array(3))
+    return data
+
+
+def loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """0.5 * mean((x w - y)**2) and its gradient x^T r / B."""
+    r = x @ w - y
+    return 0.5 * float(np.mean(r**2)), x.T @ r / len(y)
+
+
+def oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    a = fx.float64()
+    x, y, wd = a["x"], a["y"], float(a["weight_decay"])
+    loss, g0 = loss_grad(a["w"], x, y)
+    # torch's reference in both variants: coupled L2 = Adam on (gradient + wd * w), no decoupled decay
+    after = adamw(
+        lambda p: {"w": loss_grad(p["w"], x, y)[1] + wd * p["w"]},
+        {"w": a["w"]},
+        int(a["steps"]),
+        lr=float(a["lr"]),
+        b1=float(a["b1"]),
+        b2=float(a["b2"]),
+        eps=float(a["eps"]),
+        weight_decay=0.0,
+    )["w"]
+    return {"loss": np.array(loss), "grads/w": g0, "params/w": after, "moved/w": after - a["w"]}
+
+
+SPEC = Scenario(
+    name="p10_adam_weight_decay",
+    title="Adam weight decay, coupled (torch Adam) vs decoupled (optax.adamw)",
+    family="pitfalls",
+    claims=(),
+    source="P10",
+    lesson=(
+        "torch Adam(weight_decay=wd) is L2 added to the gradient; optax.adamw decays the weights after "
+        "the Adam step. Port Adam(wd) as chain(add_decayed_weights(wd), adam); AdamW as adamw with wd explicit."
+    ),
+    variants=("ported", "naive"),
+    cases=("handed", "random"),
+    schema=SCHEMA,
+    build=build,
+    oracle=oracle,
+    pattern={
+        "ported": (("grads/w", "nonzero"), ("moved/w", "nonzero")),
+        "naive": (("grads/w", "nonzero"), ("moved/w", "nonzero")),
+    },
+    porting=Porting(
+        torch="`torch.optim.Adam(params, lr, weight_decay=wd)` (coupled L2)",
+        jax="`optax.chain(optax.add_decayed_weights(wd), optax.adam(lr))`",
+        trap="`optax.adamw(lr, weight_decay=wd)` is decoupled: not Adam(wd); AdamW defaults differ (torch 1e-2, optax 1e-4)",
+    ),
+    diverges=("naive",),
+)

@@ -1,0 +1,62 @@
+"""p09_lstm_layout (pitfall P09): an nn.LSTMCell unrolled over T steps, the reference layout.
+
+Gradient flow: loss(h_T, c_T) -> every step's gates -> both biases and kernels
+(b_ih and b_hh get the same gradient: they are added).
+Port note: torch `nn.LSTMCell` packs the gates i | f | g | o in weight_ih [4H, D]
+and weight_hh [4H, H], has two biases and returns (h, c). JAX `nnx.LSTMCell`
+has one kernel per gate, one bias per gate and carries (c, h): split the blocks,
+bias = b_ih + b_hh, swap the carry. The trap: dropping b_hh or passing the carry
+in torch's order runs without error.
+Shapes: T steps, B sequences, D inputs, H hidden units, G = 4H.
+Reference: Hochreiter & Schmidhuber 1997; PyTorch docs, torch.nn.LSTMCell.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_grads, load_canonical
+
+__all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
+
+
+class Recurrent(nn.Module):
+    """Unrolls self.cell = nn.LSTMCell(D, H) over x [T, B, D] from (h0, c0) [B, H]; returns (h_T, c_T)."""
+
+    def __init__(self, d: int, h: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.cell = nn.LSTMCell(d, h, dtype=dtype)
+
+    def forward(
+        self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, variant: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        for x_t in x:
+            h, c = self.cell(x_t, (h, c))  # torch: carry and result are (h, c)
+        return h, c
+
+
+def build_model(fx, variant: str) -> Recurrent:
+    """A Recurrent loaded with the fixture's canonical parameters (torch_impl/_layout.py transposes the kernels).
+
+    torch is the reference: the same model in both variants.
+    """
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    return load_canonical(Recurrent(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
+
+
+def lstm_loss(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """0.5 * sum(h_T**2) + sum(c_T) over [B, H]: reaches both halves of the carry."""
+    return 0.5 * (h**2).sum() + c.sum()
+
+
+@scenario_run("p09_lstm_layout")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: h, c [B, H] after T steps; grads/cell/{ih,hh}/{kernel,bias} (canonical layout)."""
+    model = build_model(fx, variant)
+    h, c = model(tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "c0"), variant)
+    lstm_loss(h, c).backward()  # GRAD-FLOW: both biases and kernels are trained through every step
+    grads = canonical_grads(model)
+    return {"h": numpy(h), "c": numpy(c), **{f"grads/{k}": g for k, g in grads.items()}}

@@ -1,0 +1,36 @@
+"""p16_matmul_precision (pitfall P16): a dense layer's output and gradients at full float32 precision.
+
+Gradient flow: loss = sum(g * (x @ W)) -> x and W (both differentiated).
+Port note: torch computes float32 matmuls in full float32 unless TF32 is allowed
+(`torch.backends.cuda.matmul.allow_tf32`, False by default and pinned in
+torch_impl/__init__.py). JAX's default may be one bfloat16 (TPU) or TF32 (GPU)
+pass: the package pins `jax_default_matmul_precision = "highest"` once, in
+jax_impl/__init__.py. The trap: on CPU both are exact, so an unpinned port
+passes every test here and drifts by ~1e-2 relative on an accelerator.
+Shapes: B rows, I inputs, O outputs.
+Reference: JAX docs, jax.default_matmul_precision; PyTorch docs, TF32 on Ampere.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from torch_impl._common import numpy, scenario_run, tensor
+
+__all__ = ["dense", "run"]
+
+
+def dense(x: torch.Tensor, kernel: torch.Tensor, variant: str) -> torch.Tensor:
+    """y [B, O] = x [B, I] @ kernel [I, O] in full float32 / float64 (torch: the same in both variants)."""
+    return x @ kernel
+
+
+@scenario_run("p16_matmul_precision")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: y [B, O]; grads/x [B, I] and grads/kernel [I, O] of sum(g * y)."""
+    x = tensor(fx, "x", requires_grad=True)  # GRAD-FLOW: differentiate x and the kernel
+    kernel = tensor(fx, "kernel", requires_grad=True)
+    y = dense(x, kernel, variant)
+    gx, gk = torch.autograd.grad((tensor(fx, "g") * y).sum(), [x, kernel])
+    return {"y": numpy(y), "grads/x": numpy(gx), "grads/kernel": numpy(gk)}
