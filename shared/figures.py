@@ -2,25 +2,27 @@
 
 Every figure is drawn from the output dicts of a fresh run (CaseResult.outputs:
 {"torch": {...}, "jax": {...}, "oracle": {...}}) by output-key convention, so a
-new scenario gets its figures without code here:
+new scenario gets its figures without code here. A key's path may have a prefix
+(`elman/grads/...`, `d_step/grads/...`); the label drops the `grads` segment.
 
-  grad_norms    keys `grads/...`: per parameter group, the L2 norm of the gradient
-                in each variant, torch and JAX side by side; an exactly zero norm
-                (a stopped path) is drawn as a marked "0", never as an invisible bar;
-                the same for keys `moved/...` (how far each parameter moved).
-  time_heatmap  keys `grads/inputs...` of shape [T, ...] (tbptt): |gradient| per input
-                time step (rows: variants, e.g. each truncation length k).
+  grad_norms    keys with a `grads` segment: per parameter group, the L2 norm of the
+                gradient in each variant, torch and JAX side by side; an exactly zero
+                norm (a stopped path) is drawn as a marked "0", never as an invisible
+                bar; the same for a `moved` segment (how far each parameter moved),
+                and, when neither exists, for every float output.
+  time_heatmap  gradients over time (tbptt): a `grads*` segment followed by a field with
+                a leading T axis (`grads/x` with x [T, ...], or `grads/inputs...`), or by
+                per-step leaves `grads_last/x/t00`, `t01`, ...: |gradient| per input time
+                step t (rows: variants, e.g. each truncation length k).
   meta_grads    keys `meta_grads/...` (maml): first- vs second-order meta-gradient,
                 the norm of their difference per leaf, torch and JAX.
-
-`figures_for` returns the figures that apply, the generic bar figure whenever
-there are gradient outputs.
 """
 
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +53,28 @@ def _is_float(a: np.ndarray) -> bool:
     return np.asarray(a).dtype.kind == "f"
 
 
-def grad_groups(keys: list[str], prefix: str = "grads/") -> dict[str, list[str]]:
-    """Group gradient keys for a bar chart: one group per leaf, or per parent path when there are many."""
-    leaves = [k for k in keys if k.startswith(prefix)]
-    names = {k: k[len(prefix) :] for k in leaves}
+STEP = re.compile(r"t\d+")  # a per-time-step leaf: .../t00
+
+
+def _label(key: str, segment: str | None) -> str | None:
+    """`key` without its `segment` path component (None if it has none); every key when segment is None."""
+    parts = key.split("/")
+    if segment is None:
+        return key
+    if segment not in parts[:-1] or STEP.fullmatch(parts[-1]):
+        return None
+    i = parts.index(segment)
+    return "/".join(parts[:i] + parts[i + 1 :])
+
+
+def grad_groups(keys: list[str], segment: str | None = "grads") -> dict[str, list[str]]:
+    """Group keys with a `segment` path component for a bar chart (label: the key without it).
+
+    One group per leaf, or per parent path when there are more than MAX_GROUPS leaves.
+    segment=None takes every key. Per-time-step leaves (`.../t07`) are left to time_heatmap.
+    """
+    names = {k: n for k in keys if (n := _label(k, segment)) is not None}
+    leaves = list(names)
     if len(leaves) > MAX_GROUPS:
         names = {k: n.rsplit("/", 1)[0] if "/" in n else n for k, n in names.items()}
     groups: dict[str, list[str]] = {}
@@ -78,20 +98,26 @@ def _new_figure(width: float, height: float):
 
 
 def grad_norms(
-    scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path, prefix: str = "grads/", what: str = "gradient"
+    scenario: str,
+    torch_out: Outputs,
+    jax_out: Outputs,
+    path: Path,
+    segment: str | None = "grads",
+    what: str = "gradient",
 ) -> bool:
-    """Bar figure: per variant, the L2 norm per parameter group of the `prefix` outputs, torch and JAX side by side.
+    """Bar figure: per variant, the L2 norm per group of the outputs with a `segment` path component,
+    torch and JAX side by side.
 
     Args:
       torch_out, jax_out: variant -> flat output dict (the same variants, in order).
-      prefix: output keys drawn ("grads/"; "moved/" for parameter updates).
+      segment: "grads"; "moved" for parameter updates; None for every float output.
       what: the quantity's name on the axis.
     Returns:
-      False (nothing written) when no variant has float `prefix` outputs.
+      False (nothing written) when no variant has such float outputs.
     """
     variants = [v for v in torch_out if v in jax_out]
     keys = sorted({k for v in variants for k, a in torch_out[v].items() if _is_float(a)})
-    groups = grad_groups(keys, prefix)
+    groups = grad_groups(keys, segment)
     if not variants or not groups:
         return False
     labels = list(groups)
@@ -128,33 +154,50 @@ def grad_norms(
     axes[0, 0].set_yticks(y, labels)
     axes[0, 0].invert_yaxis()
     fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside upper right", fontsize=8, ncols=2)
-    fig.suptitle(f"{scenario}: ‖{what}‖ per parameter group", fontsize=11)
+    fig.suptitle(f"{scenario}: ‖{what}‖ per {'parameter group' if segment else 'output'}", fontsize=11)
     _save(fig, path)
     return True
 
 
-def _time_profile(out: Mapping[str, np.ndarray]) -> np.ndarray | None:
-    keys = sorted(k for k, a in out.items() if k.startswith("grads/inputs") and _is_float(a) and np.ndim(a) >= 1)
-    if not keys:
-        return None
-    rows = []
-    for k in keys:
-        a = np.asarray(out[k], dtype=np.float64)
-        rows.append(np.sqrt(np.sum(a.reshape(a.shape[0], -1) ** 2, axis=1)))
-    if len({len(r) for r in rows}) != 1:
-        return None
-    return np.sqrt(np.sum(np.square(rows), axis=0))
+def _time_profiles(out: Mapping[str, np.ndarray], time_fields: Collection[str]) -> dict[str, np.ndarray]:
+    """stem -> ‖gradient‖ per time step [T], from `grads*/<time field>` [T, ...] or `grads*/<field>/tNN` leaves."""
+    whole: dict[str, np.ndarray] = {}
+    steps: dict[str, dict[int, float]] = {}
+    for key, a in out.items():
+        parts = key.split("/")
+        at = next((i for i, p in enumerate(parts[:-1]) if p.startswith("grads")), None)
+        if at is None or not _is_float(a):
+            continue
+        rest = parts[at + 1 :]
+        if len(rest) == 1 and (rest[0] in time_fields or rest[0].startswith("inputs")) and np.ndim(a) >= 1:
+            flat = np.asarray(a, dtype=np.float64).reshape(np.shape(a)[0], -1)
+            whole[key] = np.sqrt(np.sum(np.where(np.isfinite(flat), flat, 0.0) ** 2, axis=1))
+        elif len(rest) >= 2 and STEP.fullmatch(rest[-1]):
+            steps.setdefault("/".join(parts[:-1]), {})[int(rest[-1][1:])] = _norm(a)
+    for stem, by_t in steps.items():
+        whole[stem] = np.array([by_t[t] for t in sorted(by_t)])
+    return whole
 
 
-def time_heatmap(scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path) -> bool:
-    """Heatmap of ‖d loss / d input_t‖ over time steps t (columns) per variant (rows), torch | JAX.
+def time_heatmap(
+    scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path, time_fields: Collection[str] = ()
+) -> bool:
+    """Heatmap of ‖gradient‖ over input time steps t (columns) per variant (rows), torch | JAX,
+    one row of panels per gradient stem (e.g. `elman/grads/x`, `elman/grads_last/x`).
 
-    Returns False (nothing written) unless every variant has `grads/inputs...` keys of one length T.
+    Args:
+      time_fields: fixture fields whose leading axis is time (shape letter T).
+    Returns:
+      False (nothing written) unless every variant has the same stems, all of one length T.
     """
     variants = [v for v in torch_out if v in jax_out]
-    profiles = {name: [_time_profile(o[v]) for v in variants] for name, o in (("torch", torch_out), ("JAX", jax_out))}
-    flat = [p for ps in profiles.values() for p in ps]
-    if not variants or any(p is None for p in flat) or len({len(p) for p in flat}) != 1:
+    profiles = {
+        name: {v: _time_profiles(o[v], time_fields) for v in variants}
+        for name, o in (("torch", torch_out), ("JAX", jax_out))
+    }
+    stems = sorted(profiles["torch"][variants[0]]) if variants else []
+    flat = [p.get(s) for by_v in profiles.values() for p in by_v.values() for s in stems]
+    if not stems or any(p is None for p in flat) or len({len(p) for p in flat}) != 1:
         return False
     import matplotlib
     from matplotlib.colors import LogNorm
@@ -164,21 +207,23 @@ def time_heatmap(scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path
     lo = min(float(p.min()) for p in positive) if positive else 1e-12
     hi = max(float(p.max()) for p in positive) if positive else 1.0
     norm = LogNorm(vmin=lo, vmax=max(hi, lo * 10))
-    fig = _new_figure(2.0 + 2 * max(3.0, 0.28 * t_len), 1.4 + 0.45 * len(variants))
-    axes = fig.subplots(1, 2, sharey=True)
-    for ax, (name, ps) in zip(axes, profiles.items(), strict=True):
-        grid = np.array(ps)
-        masked = np.ma.masked_where(grid == 0, grid)
-        cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#e8e8e8")
-        image = ax.imshow(masked, aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
-        for (r, c), val in np.ndenumerate(grid):
-            if val == 0 and t_len <= 40:
-                ax.text(c, r, "0", ha="center", va="center", fontsize=7, color="#666")
-        ax.set_title(name, fontsize=10)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#e8e8e8")
+    fig = _new_figure(2.6 + 2 * max(3.0, 0.22 * t_len), 0.9 + len(stems) * (0.7 + 0.3 * len(variants)))
+    axes = fig.subplots(len(stems), 2, sharex=True, sharey=True, squeeze=False)
+    for row, stem in enumerate(stems):
+        for col, name in enumerate(profiles):
+            ax = axes[row, col]
+            grid = np.array([profiles[name][v][stem] for v in variants])
+            image = ax.imshow(np.ma.masked_where(grid == 0, grid), aspect="auto", cmap=cmap, norm=norm)
+            for (r, c), val in np.ndenumerate(grid):
+                if val == 0 and t_len <= 40:
+                    ax.text(c, r, "0", ha="center", va="center", fontsize=6, color="#777")
+            ax.set_title(f"{name}: {stem}", fontsize=9)
+            ax.set_yticks(range(len(variants)), variants)
+            ax.tick_params(labelsize=7)
+    for ax in axes[-1]:
         ax.set_xlabel("input time step t", fontsize=8)
-        ax.set_yticks(range(len(variants)), variants)
-        ax.tick_params(labelsize=8)
-    fig.colorbar(image, ax=axes, label="‖∂loss/∂x_t‖ (grey: exactly 0)", shrink=0.9)
+    fig.colorbar(image, ax=axes, label="‖gradient at step t‖ (grey: exactly 0)", shrink=0.9)
     fig.suptitle(f"{scenario}: gradient magnitude over input time steps", fontsize=11)
     _save(fig, path)
     return True
@@ -228,29 +273,43 @@ def meta_grads(scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path) 
     return True
 
 
-def figures_for(scenario: str, torch_out: Outputs, jax_out: Outputs, out_dir: Path) -> list[FigureFile]:
+def figures_for(
+    scenario: str, torch_out: Outputs, jax_out: Outputs, out_dir: Path, time_fields: Collection[str] = ()
+) -> list[FigureFile]:
     """Draw every figure that applies to a scenario's outputs into out_dir/figures/; list them.
 
     Args:
       torch_out, jax_out: variant -> flat output dict (one case and dtype per variant).
       out_dir: the site root; files go to figures/<scenario>-<kind>.svg.
+      time_fields: fixture fields with a leading time axis (for time_heatmap).
     """
     out: list[FigureFile] = []
-    specials = (
-        ("time", time_heatmap, "Gradient magnitude per input time step, per variant: where truncation cuts the flow."),
-        ("meta", meta_grads, "First- vs second-order meta-gradient and their difference per parameter."),
+
+    def draw(kind: str, ok: bool, caption: str) -> None:
+        if ok:
+            out.append(FigureFile(f"figures/{scenario}-{kind}.svg", caption, kind))
+
+    def path(kind: str) -> Path:
+        return out_dir / "figures" / f"{scenario}-{kind}.svg"
+
+    draw(
+        "time",
+        time_heatmap(scenario, torch_out, jax_out, path("time"), time_fields),
+        "Gradient magnitude per input time step, per variant: where truncation cuts the flow.",
     )
-    for kind, draw, caption in specials:
-        rel = f"figures/{scenario}-{kind}.svg"
-        if draw(scenario, torch_out, jax_out, out_dir / rel):
-            out.append(FigureFile(rel, caption, kind))
+    draw(
+        "meta",
+        meta_grads(scenario, torch_out, jax_out, path("meta")),
+        "First- vs second-order meta-gradient and their difference per parameter.",
+    )
+    zero = "torch and JAX side by side; ○ marks an exact zero."
     bars = (
-        ("grads/", "gradient", "grad-norms", "Gradient norm per parameter group for each variant"),
-        ("moved/", "update", "moved-norms", "How far each parameter group moved (after − before) in each variant"),
+        ("grads", "gradient", "grad-norms", f"Gradient norm per parameter group for each variant, {zero}"),
+        ("moved", "update", "moved-norms", f"How far each parameter group moved (after − before), {zero}"),
     )
-    for prefix, what, kind, text in bars:
-        rel = f"figures/{scenario}-{kind}.svg"
-        caption = f"{text}, torch and JAX side by side; ○ marks an exact zero."
-        if grad_norms(scenario, torch_out, jax_out, out_dir / rel, prefix, what):
-            out.append(FigureFile(rel, caption, kind))
+    for segment, what, kind, caption in bars:
+        draw(kind, grad_norms(scenario, torch_out, jax_out, path(kind), segment, what), caption)
+    if not any(f.kind in ("grad-norms", "moved-norms", "meta") for f in out):
+        caption = f"Norm of every float output for each variant, {zero}"
+        draw("output-norms", grad_norms(scenario, torch_out, jax_out, path("output-norms"), None, "output"), caption)
     return out

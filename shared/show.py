@@ -42,6 +42,7 @@ __all__ = [
     "split_blocks",
     "align",
     "run_cases",
+    "parity_rtol",
     "fmt_err",
     "render",
     "add_parser",
@@ -179,6 +180,16 @@ def run_cases(spec: Scenario, variant: str | None = None, seed: int = 0) -> list
     return [run_case(s, v, dt, seed=seed, case=case) for s, v, case, dt in iter_cases([spec.name], variant, None, None)]
 
 
+def parity_rtol(spec: Scenario, dtype: str) -> float | None:
+    """The parity rtol of a scenario in a dtype, None where no tolerance is defined."""
+    from shared.parity import tolerance_for
+
+    try:
+        return tolerance_for(dtype, "parity", spec.tolerances).rtol
+    except ValueError:
+        return None
+
+
 def fmt_err(x: float | None) -> str:
     """An error for a table: '-' when absent or NaN, '0' when exact, else 1.2e-07."""
     if x is None or x != x:
@@ -244,8 +255,6 @@ def notes(spec: Scenario, variant: str | None = None) -> Group:
 
 def parity_table(spec: Scenario, results: list) -> Table:
     """Fresh parity figures of the given CaseResults."""
-    from shared.parity import tolerance_for
-
     table = Table(title=f"parity: {spec.name} (fresh run)", header_style="bold")
     for col in ("variant", "case", "dtype", "|torch−jax|", "rel", "torch/oracle", "jax/oracle", "rtol", "verdict"):
         table.add_column(col, no_wrap=True, justify="right" if col[0] in "|rtj" else "left")
@@ -259,7 +268,7 @@ def parity_table(spec: Scenario, results: list) -> Table:
             fmt_err(tj.max_rel if tj else None),
             fmt_err(to.max_rel if to else None),
             fmt_err(jo.max_rel if jo else None),
-            f"{tolerance_for(r.dtype, 'parity', spec.tolerances).rtol:.0e}",
+            fmt_err(parity_rtol(spec, r.dtype)),
             Text(r.verdict, style="green" if r.ok else "bold red"),
         )
     return table

@@ -30,7 +30,7 @@ from pathlib import Path
 from shared import registry
 from shared.fixtures import FLOAT_DTYPES
 from shared.records import Scenario
-from shared.show import FRAMEWORKS, Block, Row, aligned_rows, fmt_err, run_cases
+from shared.show import FRAMEWORKS, Block, Row, aligned_rows, fmt_err, parity_rtol, run_cases
 
 __all__ = [
     "Page",
@@ -184,8 +184,6 @@ def render_index(env, pages: Sequence[Page], seed: int = 0) -> str:
 
 def render_scenario(env, page: Page, prev: Page | None = None, next: Page | None = None) -> str:
     """<scenario>.html: aligned code, lesson, porting notes, parity per variant, figures."""
-    from shared.parity import tolerance_for
-
     spec = page.spec
     by_variant = [(v, [r for r in page.results if r.variant == v]) for v in spec.variants]
     rows = [(row, {fw: highlight(row.side(fw), fw) for fw in FRAMEWORKS}) for row in page.rows]
@@ -197,7 +195,7 @@ def render_scenario(env, page: Page, prev: Page | None = None, next: Page | None
         rows=rows,
         n_tags=n_tags,
         by_variant=by_variant,
-        rtol={r.dtype: tolerance_for(r.dtype, "parity", spec.tolerances).rtol for r in page.results},
+        rtol={r.dtype: parity_rtol(spec, r.dtype) for r in page.results},
         prev=prev,
         next=next,
     )
@@ -229,7 +227,8 @@ def build(out: Path | str = "site", scenarios: Sequence[str] | None = None, seed
         chosen = [r for r in page.results if r.dtype == dtype and r.case == spec.cases[0] and r.outputs]
         torch_out = {r.variant: r.outputs["torch"] for r in chosen}
         jax_out = {r.variant: r.outputs["jax"] for r in chosen}
-        page.figures = figures_for(spec.name, torch_out, jax_out, root)
+        time_fields = {name for name, f in spec.schema.items() if f.shape[:1] == ("T",)}
+        page.figures = figures_for(spec.name, torch_out, jax_out, root, time_fields)
         pages.append(page)
     env = environment()
     (root / "index.html").write_text(render_index(env, pages, seed), encoding="utf-8")

@@ -172,15 +172,22 @@ def test_special_figures_by_output_keys(tmp_path) -> None:
     for k in (1, t_len):
         g = np.ones((t_len, 2))
         g[: t_len - k] = 0
-        tb[f"k={k}"] = {"grads/inputs": g, "grads/w": np.ones(3)}
-    made = figures.figures_for("tbptt", *_outs(tb), tmp_path)
+        steps = {f"rnn/grads_last/x/t{t:02d}": g[t] for t in range(t_len)}
+        tb[f"k={k}"] = {"rnn/grads/x": g, "rnn/grads/w": np.ones(3), **steps}
+    made = figures.figures_for("tbptt", *_outs(tb), tmp_path, time_fields={"x"})
     assert [f.kind for f in made] == ["time", "grad-norms"]
+    profiles = figures._time_profiles(tb["k=1"], {"x"})
+    assert sorted(profiles) == ["rnn/grads/x", "rnn/grads_last/x"]
+    assert profiles["rnn/grads_last/x"].tolist() == [0, 0, 0, 0, 0, np.sqrt(2)]
+    assert list(figures.grad_groups(sorted(tb["k=1"]))) == ["rnn/w", "rnn/x"]  # per-step leaves left out
     maml = {
         "second_order": {"meta_grads/theta": np.array([1.0, 2.0])},
         "first_order": {"meta_grads/theta": np.array([1.0, 1.5])},
     }
     assert [f.kind for f in figures.figures_for("maml", *_outs(maml), tmp_path)] == ["meta"]
-    for f in [*made, figures.FigureFile("figures/maml-meta.svg", "", "meta")]:
+    plain = figures.figures_for("plain", *_outs({"a": {"target/w": np.ones(2)}}), tmp_path)
+    assert [f.kind for f in plain] == ["output-norms"]
+    for f in [*made, *plain, figures.FigureFile("figures/maml-meta.svg", "", "meta")]:
         assert "<svg" in (tmp_path / f.path).read_text(encoding="utf-8")
-    # no gradient-like keys at all: nothing is drawn, nothing is claimed
-    assert figures.figures_for("plain", *_outs({"a": {"loss": np.array(1.0)}}), tmp_path) == []
+    # no float output at all: nothing is drawn, nothing is claimed
+    assert figures.figures_for("ints", *_outs({"a": {"count": np.array(3)}}), tmp_path) == []
