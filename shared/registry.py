@@ -35,6 +35,7 @@ _MODULES = (
     "attention_detach",
     "gan",
     "tbptt",
+    "grad_clipping",
     # pitfalls (family "pitfalls"), P01-P08
     "p01_std_convention",
     "p02_norm_at_zero",

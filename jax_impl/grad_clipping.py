@@ -1,0 +1,126 @@
+"""grad_clipping: truncated-BPTT training of an Elman RNN with global-norm clipping and optax.sgd.
+
+Gradient flow: each window starts from a stopped carry (truncation); the window's loss
+flows to every parameter; the clip transformation then rescales the gradient pytree by
+one factor, direction kept. It needs no stop_gradient: it runs on the gradients, after
+jax.grad.
+Port note: optax.clip_by_global_norm leaves ‖g‖ < max_norm untouched and otherwise scales
+by max_norm / ‖g‖; torch's clip_grad_norm_ always scales by min(max_norm / (‖g‖ + 1e-6), 1).
+`clip_by_global_norm_torch` is torch's formula as an optax transformation (optax.stateless
++ optax.tree.scale), used by the `torch_formula` variant; `optax_default` uses plain optax.
+Shapes: T = S·K steps, B sequences, I inputs, H hidden units, O outputs.
+Reference: Pascanu et al. 2013, arXiv:1211.5063.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jax_impl._common import array, flat, numpy, scenario_run
+from shared.losses import check_same_shape
+from shared.scenarios.grad_clipping import LEAVES, REGIMES, TORCH_EPS
+
+__all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "run"]
+
+
+class Recurrent:
+    """h_t = tanh(x_t W_ih + b_ih + h_{t-1} W_hh + b_hh) (torch's two biases); y_t [B, O] = readout(h_t).
+
+    Stateless: params is the canonical pytree {"cell": {"ih", "hh"}, "readout"}, each {"kernel", "bias"}.
+    """
+
+    def __call__(self, params: dict, xs: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Unroll a window xs [K, B, I] from h [B, H]: (outputs [K, B, O], last hidden state [B, H])."""
+        c, out = params["cell"], params["readout"]
+
+        def step(h, x_t):
+            h = jnp.tanh(x_t @ c["ih"]["kernel"] + c["ih"]["bias"] + h @ c["hh"]["kernel"] + c["hh"]["bias"])
+            return h, h @ out["kernel"] + out["bias"]
+
+        h, ys = jax.lax.scan(step, h, xs)
+        return ys, h
+
+
+def build_model(fx) -> tuple[Recurrent, dict]:
+    """(Recurrent, canonical parameter pytree) from the fixture."""
+    params: dict = {}
+    for leaf in LEAVES:
+        *path, name = leaf.split("/")
+        node = params
+        for part in path:
+            node = node.setdefault(part, {})
+        node[name] = array(fx, f"params/{leaf}")
+    return Recurrent(), params
+
+
+def masked_loss(y: jax.Array, target: jax.Array, mask: jax.Array, weight: jax.Array) -> jax.Array:
+    """weight * 0.5 * mean(mask * (y - target)^2) over y, target [K, B, O], mask [K, B] (0 = padding).
+
+    Raises ValueError if y and target shapes differ.
+    """
+    check_same_shape("masked_loss", y=y.shape, target=target.shape)
+    return weight * 0.5 * jnp.mean((mask[..., None] * (y - target)) ** 2)
+
+
+def clip_by_global_norm_torch(max_norm: jax.Array | float) -> optax.GradientTransformation:
+    """torch.nn.utils.clip_grad_norm_ as an optax transformation: g * min(max_norm / (‖g‖ + 1e-6), 1).
+
+    Stateless. Only the norm's value is used, never differentiated (its gradient at an
+    all-zero tree is NaN, P02); all-zero gradients give coefficient 1 and stay zero.
+    """
+
+    def scale(updates, params=None):
+        coef = jnp.minimum(max_norm / (optax.tree.norm(updates) + TORCH_EPS), 1.0)
+        return optax.tree.scale(coef, updates)
+
+    return optax.stateless(scale)
+
+
+@functools.partial(jax.jit, static_argnames=("variant",))
+def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str):
+    """One window: forward from a stopped carry, gradient, clip, SGD step.
+
+    Returns (new params, loss, norm before clipping, norm after clipping, carry for the next window).
+    """
+
+    def loss_fn(p, h):
+        ys, h = Recurrent()(p, xs, h)
+        return masked_loss(ys, targets, mask, weight), h
+
+    h = jax.lax.stop_gradient(h)  # GRAD-FLOW: truncation: the window starts from a constant carry
+    (loss, h), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, h)
+    clip = clip_by_global_norm_torch(max_norm) if variant == "torch_formula" else optax.clip_by_global_norm(max_norm)
+    sgd = optax.sgd(lr)  # the two stages of optax.chain(clip, sgd), apart to report the clipped norm
+    clipped, _ = clip.update(grads, clip.init(params))
+    updates, _ = sgd.update(clipped, sgd.init(params))
+    return optax.apply_updates(params, updates), loss, optax.tree.norm(grads), optax.tree.norm(clipped), h
+
+
+@scenario_run("grad_clipping")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs per regime: loss, norms, coefs, clipped_norms [S]; moved/<param> after S steps."""
+    out = {}
+    k = int(fx["window"])
+    x, targets, masks = array(fx, "x"), array(fx, "targets"), array(fx, "mask")
+    for r, regime in enumerate(REGIMES):
+        _, params = build_model(fx)
+        max_norm, weight, lr = array(fx, "max_norm")[r], array(fx, "loss_weight"), array(fx, "lr")
+        before, h, rows = flat(params), array(fx, "h0"), []
+        for start in range(0, x.shape[0], k):
+            w = slice(start, start + k)
+            params, loss, norm, clipped, h = train_step(
+                params, h, x[w], targets[w], masks[r, w], max_norm, weight, lr, variant
+            )
+            rows.append(jnp.stack([loss, norm, clipped]))
+        loss, norms, clipped = jnp.stack(rows).T
+        coefs = jnp.where(norms > 0, clipped / norms, jnp.ones_like(norms))  # applied factor; 1 for zero grads
+        out.update({f"{regime}/loss": numpy(loss), f"{regime}/norms": numpy(norms)})
+        out.update({f"{regime}/coefs": numpy(coefs), f"{regime}/clipped_norms": numpy(clipped)})
+        after = flat(params)
+        out.update({f"{regime}/moved/{leaf}": after[leaf] - before[leaf] for leaf in LEAVES})
+    return out

@@ -1,0 +1,133 @@
+"""grad_clipping: truncated-BPTT training of an Elman RNN with global-norm clipping and SGD.
+
+Shapes: T = S·K steps (S windows of K steps, one SGD step per window), B sequences, I inputs,
+H hidden units, O outputs, R = 4 clipping regimes run in every case (outputs prefixed):
+  above  max_norm = 0.5 · the smallest unclipped step norm: every step is clipped;
+  at     max_norm = the first step's gradient norm, exactly;
+  below  max_norm = 2 · the largest unclipped step norm: nothing is clipped;
+  zero   mask all 0 (a batch of padding): every gradient is exactly 0, no NaN anywhere.
+The loss carries a weight of 3e-4 (an auxiliary loss), so gradient norms are ~1e-3,
+where torch's epsilon matters: clip_grad_norm_ scales by min(max_norm / (‖g‖ + 1e-6), 1),
+optax.clip_by_global_norm by max_norm / ‖g‖ when ‖g‖ >= max_norm (else 1). The relative
+gap is 1e-6 / ‖g‖: 1e-3 here, 1e-6 for ‖g‖ ~ 1 (below float32 tolerance, far above float64's).
+The oracle follows torch's formula; `optax_default` (plain optax on the JAX side) diverges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.fixtures import Field
+from shared.records import Porting, Scenario
+from shared.scenarios.tbptt import backward, forward
+
+REGIMES = ("above", "at", "below", "zero")
+LEAVES = ("cell/ih/kernel", "cell/ih/bias", "cell/hh/kernel", "cell/hh/bias", "readout/kernel", "readout/bias")
+PARAMS = dict(zip(LEAVES, (("I", "H"), ("H",), ("H", "H"), ("H",), ("H", "O"), ("O",)), strict=True))
+TORCH_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6)
+
+SCHEMA = {
+    "x": Field(("T", "B", "I"), doc="input sequence, S windows of K steps"),
+    "targets": Field(("T", "B", "O"), doc="regression targets, near the initial predictions"),
+    "h0": Field(("B", "H"), doc="initial hidden state"),
+    "mask": Field(("R", "T", "B"), doc="loss mask per regime (1 = real step, 0 = padding)"),
+    "max_norm": Field(("R",), doc="clipping threshold per regime, in REGIMES order"),
+    **{f"params/{k}": Field(shape, doc="initial parameter, canonical layout") for k, shape in PARAMS.items()},
+    "lr": Field((), doc="SGD learning rate"),
+    "loss_weight": Field((), doc="weight of the loss (an auxiliary loss): gradient norms ~1e-3"),
+    "window": Field((), kind="int", doc="K, steps per window (one optimizer step each)"),
+}
+
+
+def train(a: dict[str, np.ndarray], regime: int, max_norm: float) -> dict[str, np.ndarray]:
+    """Float64 training loop of one regime with torch's clipping formula: outputs without the regime prefix."""
+    p = {leaf: a[f"params/{leaf}"].copy() for leaf in LEAVES}
+    k, h = int(a["window"]), a["h0"]
+    rows = {"loss": [], "norms": [], "coefs": [], "clipped_norms": []}
+    for start in range(0, a["x"].shape[0], k):
+        window = slice(start, start + k)
+        y, hs, caches, h_next = forward("elman", p, a["x"][window], h)  # h: a constant carry
+        mask = a["mask"][regime, window][..., None]
+        resid = mask * (y - a["targets"][window])
+        grads, _ = backward("elman", p, hs, caches, a["loss_weight"] * resid / resid.size, k)
+        norm = np.sqrt(sum(np.sum(g**2) for g in grads.values()))
+        coef = min(max_norm / (norm + TORCH_EPS), 1.0)
+        rows["loss"].append(0.5 * a["loss_weight"] * np.mean(resid**2))
+        rows["norms"].append(norm)
+        rows["coefs"].append(coef)
+        rows["clipped_norms"].append(coef * norm)
+        p = {leaf: p[leaf] - a["lr"] * coef * grads[leaf] for leaf in LEAVES}
+        h = h_next
+    out = {key: np.array(v) for key, v in rows.items()}
+    out.update({f"moved/{leaf}": p[leaf] - a[f"params/{leaf}"] for leaf in LEAVES})
+    return out
+
+
+def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
+    sizes = {"S": 3, "K": 4, "B": 2, "I": 2, "H": 3, "O": 1}
+    t_steps = sizes["S"] * sizes["K"]
+    a = {
+        "x": rng.normal(size=(t_steps, sizes["B"], sizes["I"])),
+        "h0": 0.5 * rng.normal(size=(sizes["B"], sizes["H"])),
+        "lr": np.array(0.5),
+        "loss_weight": np.array(3e-4),
+        "window": np.array(sizes["K"]),
+    }
+    for key, shape in PARAMS.items():
+        a[f"params/{key}"] = 0.6 * rng.normal(size=tuple(sizes[d] for d in shape))
+    a["targets"] = rng.normal(size=(t_steps, sizes["B"], sizes["O"]))
+    a["mask"] = np.ones((len(REGIMES), t_steps, sizes["B"]))
+    a["mask"][REGIMES.index("zero")] = 0.0
+    norms = train({**a, "mask": a["mask"][:1]}, 0, np.inf)["norms"]  # unclipped step norms
+    a["max_norm"] = np.array([0.5 * norms.min(), norms[0], 2.0 * norms.max(), norms[0]])
+    return a
+
+
+def oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    a = fx.float64()
+    out = {}
+    for r, regime in enumerate(REGIMES):
+        out.update({f"{regime}/{k}": v for k, v in train(a, r, float(a["max_norm"][r])).items()})
+    return out
+
+
+_COMMON = (
+    ("above/moved/*", "nonzero"),
+    ("*/coefs", "nonzero"),  # the factor applied: 1 when nothing is clipped, never 0 or NaN
+    ("above/norms", "nonzero"),
+    ("zero/norms", "zero"),
+    ("zero/loss", "zero"),
+    ("zero/clipped_norms", "zero"),
+    ("zero/moved/*", "zero"),  # all-zero gradients: parameters bit-identical, no NaN
+)
+
+SPEC = Scenario(
+    name="grad_clipping",
+    title="Global-norm clipping in a truncated-BPTT loop: clip_grad_norm_ vs optax.clip_by_global_norm",
+    family="scenarios",
+    claims=("C18",),
+    source="A2 §3",
+    lesson=(
+        "Clipping needs no detach: it rescales the whole gradient, direction kept. torch divides by "
+        "‖g‖ + 1e-6 and always multiplies by min(coef, 1); optax divides by ‖g‖ only when ‖g‖ >= max_norm. "
+        "The gap is 1e-6/‖g‖ relative: a float64 port needs torch's formula as an optax transformation."
+    ),
+    variants=("torch_formula", "optax_default"),
+    schema=SCHEMA,
+    build=build,
+    oracle=oracle,
+    pattern={"torch_formula": _COMMON, "optax_default": _COMMON},
+    porting=Porting(
+        torch="loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); optimizer.step()",
+        jax=(
+            "optax.chain(clip, optax.sgd(lr)) with clip = optax.clip_by_global_norm(max_norm) — or, to match "
+            "torch to float64, optax.stateless(lambda g, _: optax.tree.scale(min(max_norm / (‖g‖ + 1e-6), 1), g))"
+        ),
+        trap=(
+            "Same name, two formulas: torch scales by max_norm / (‖g‖ + 1e-6) even exactly at the threshold; "
+            "optax leaves ‖g‖ < max_norm untouched and scales by max_norm / ‖g‖. Invisible in float32 for "
+            "‖g‖ ~ 1, 0.1 % at ‖g‖ ~ 1e-3. Only the norm's value is needed: its gradient at 0 is NaN in JAX (P02)."
+        ),
+    ),
+    diverges=("optax_default",),
+)

@@ -1,0 +1,107 @@
+"""grad_clipping: truncated-BPTT training of an Elman RNN with clip_grad_norm_ and SGD.
+
+Gradient flow: each window starts from a detached carry (truncation); the window's loss
+flows to every parameter; clip_grad_norm_ then rescales all .grad in place by
+min(max_norm / (‖g‖ + 1e-6), 1): one factor for the whole model, direction kept. It needs
+no detach and records nothing (it runs on .grad, outside the graph).
+Port note: optax.clip_by_global_norm uses a different formula (no epsilon, and no scaling
+at all below the threshold); the JAX twin reproduces torch's with a small optax
+transformation. torch >= 2.6 splits the op into get_total_norm + clip_grads_with_norm_.
+Shapes: T = S·K steps, B sequences, I inputs, H hidden units, O outputs.
+Reference: Pascanu et al. 2013, arXiv:1211.5063.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from shared.losses import check_same_shape
+from shared.scenarios.grad_clipping import LEAVES, REGIMES
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import canonical_params, load_canonical
+
+__all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "run"]
+
+
+class Recurrent(nn.Module):
+    """h_t = tanh(x_t W_ih + b_ih + h_{t-1} W_hh + b_hh) (nn.RNNCell); y_t [B, O] = readout(h_t)."""
+
+    def __init__(self, i: int, h: int, o: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.cell = nn.RNNCell(i, h, dtype=dtype)
+        self.readout = nn.Linear(h, o, dtype=dtype)
+
+    def forward(self, xs: torch.Tensor, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Unroll a window xs [K, B, I] from h [B, H]: (outputs [K, B, O], last hidden state [B, H])."""
+        ys = []
+        for x_t in xs:
+            h = self.cell(x_t, h)
+            ys.append(self.readout(h))
+        return torch.stack(ys), h
+
+
+def build_model(fx) -> Recurrent:
+    """A Recurrent model loaded with the fixture's canonical parameters."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    i, h, o = fx.dims["I"], fx.dims["H"], fx.dims["O"]
+    return load_canonical(Recurrent(i, h, o, getattr(torch, fx.dtype)), params)
+
+
+def masked_loss(y: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, weight: float) -> torch.Tensor:
+    """weight * 0.5 * mean(mask * (y - target)^2) over y, target [K, B, O], mask [K, B] (0 = padding).
+
+    Raises ValueError if y and target shapes differ.
+    """
+    check_same_shape("masked_loss", y=tuple(y.shape), target=tuple(target.shape))
+    return weight * 0.5 * torch.mean((mask[..., None] * (y - target)) ** 2)
+
+
+def clip_by_global_norm_torch(parameters, max_norm: float) -> torch.Tensor:
+    """torch.nn.utils.clip_grad_norm_: every .grad *= min(max_norm / (‖g‖ + 1e-6), 1), in place.
+
+    Returns the global L2 norm ‖g‖ before clipping (0-d tensor). All-zero gradients stay zero
+    (coefficient clamped to 1): no NaN.
+    """
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+
+
+def train_step(model: Recurrent, optimizer, h, xs, targets, mask, max_norm: float, weight: float):
+    """One window: forward from a detached carry, backward, clip, SGD step.
+
+    Returns (loss, norm before clipping, norm after clipping, carry for the next window).
+    """
+    optimizer.zero_grad()
+    h = h.detach()  # GRAD-FLOW: truncation: the window starts from a constant carry
+    ys, h = model(xs, h)
+    loss = masked_loss(ys, targets, mask, weight)
+    loss.backward()
+    norm = clip_by_global_norm_torch(model.parameters(), max_norm)
+    clipped = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
+    optimizer.step()
+    return loss, norm, clipped, h
+
+
+@scenario_run("grad_clipping")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs per regime: loss, norms, coefs, clipped_norms [S]; moved/<param> after S steps."""
+    out = {}
+    k = int(fx["window"])
+    x, targets, masks = tensor(fx, "x"), tensor(fx, "targets"), tensor(fx, "mask")
+    for r, regime in enumerate(REGIMES):
+        model = build_model(fx)
+        optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
+        max_norm, weight = float(fx["max_norm"][r]), fx.scalar("loss_weight")
+        before, h, rows = canonical_params(model), tensor(fx, "h0"), []
+        for start in range(0, x.shape[0], k):
+            w = slice(start, start + k)
+            loss, norm, clipped, h = train_step(model, optimizer, h, x[w], targets[w], masks[r, w], max_norm, weight)
+            rows.append(torch.stack([loss, norm, clipped]).detach())
+        loss, norms, clipped = torch.stack(rows).T
+        coefs = torch.where(norms > 0, clipped / norms, torch.ones_like(norms))  # applied factor; 1 for zero grads
+        out.update({f"{regime}/loss": numpy(loss), f"{regime}/norms": numpy(norms)})
+        out.update({f"{regime}/coefs": numpy(coefs), f"{regime}/clipped_norms": numpy(clipped)})
+        after = canonical_params(model)
+        out.update({f"{regime}/moved/{leaf}": after[leaf] - before[leaf] for leaf in LEAVES})
+    return out
