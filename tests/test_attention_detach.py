@@ -15,6 +15,16 @@ from shared.scenarios.attention_detach import CASES, EMPTY_ROW
 from torch_impl import attention_detach as tattn
 
 DTYPES = ("float32", "float64")
+# torch runs the same kernels with and without the stop: bit for bit. JAX compiles two programs,
+# which XLA may fuse differently: equal to rounding.
+SAME = {"float32": {"rtol": 1e-6, "atol": 0}, "float64": {"rtol": 1e-14, "atol": 0}}
+
+
+def assert_same(fw: str, dtype: str, a: np.ndarray, b: np.ndarray, msg: str) -> None:
+    if fw == "torch":
+        np.testing.assert_array_equal(a, b, err_msg=msg)
+    else:
+        np.testing.assert_allclose(a, b, **SAME[dtype], err_msg=msg)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -24,9 +34,9 @@ def test_value_gradient_identical_with_and_without_the_stop(dtype: str, case: st
     stopped = case_result("attention_detach", "weights_stopped", dtype, case).outputs
     for fw in ("torch", "jax"):
         a, b = none[fw], stopped[fw]
-        np.testing.assert_array_equal(a["grads/v/kernel"], b["grads/v/kernel"], err_msg=fw)
+        assert_same(fw, dtype, a["grads/v/kernel"], b["grads/v/kernel"], fw)
         for key in ("loss", "context", "weights"):  # the stop changes no value
-            np.testing.assert_array_equal(a[key], b[key], err_msg=f"{fw} {key}")
+            assert_same(fw, dtype, a[key], b[key], f"{fw} {key}")
         # Q and K: a real gradient without the stop, exactly none with it
         for key in ("grads/q/kernel", "grads/k/kernel"):
             assert np.min(np.abs(a[key])) > 0 and np.all(b[key] == 0), f"{fw} {key}"

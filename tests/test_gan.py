@@ -22,6 +22,7 @@ VARIANTS = ("fake_stopped", "fake_not_stopped")
 DTYPES = ("float32", "float64")
 GEN = [k for k in PARAMS if k.startswith("gen/")]
 DISC = [k for k in PARAMS if k.startswith("disc/")]
+SAME = {"float32": 1e-6, "float64": 1e-14}  # JAX across variants: values are O(1), moved ones O(lr)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -47,8 +48,12 @@ def test_variants_differ_only_in_the_leaked_generator_gradient(dtype: str) -> No
         for key in a[fw]:
             if fnmatch.fnmatchcase(key, "d_step/grads/gen/*"):
                 assert np.all(a[fw][key] == 0) and np.any(b[fw][key] != 0), f"{fw} {key}"
-            else:
+            elif fw == "torch":  # the same kernels in both variants: bit for bit
                 np.testing.assert_array_equal(a[fw][key], b[fw][key], err_msg=f"{fw} {key}")
+            else:  # two XLA programs (with and without the stop) may fuse differently: equal to rounding
+                np.testing.assert_allclose(
+                    a[fw][key], b[fw][key], rtol=SAME[dtype], atol=SAME[dtype], err_msg=f"{fw} {key}"
+                )
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
