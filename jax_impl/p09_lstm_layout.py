@@ -20,6 +20,7 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, numpy, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
 
@@ -67,7 +68,8 @@ def build_model(fx, variant: str) -> Recurrent:
 
 
 def lstm_loss(h: jax.Array, c: jax.Array) -> jax.Array:
-    """0.5 * sum(h_T**2) + sum(c_T) over [B, H]: reaches both halves of the carry."""
+    """0.5 * sum(h_T**2) + sum(c_T) over [B, H]: reaches both halves of the carry. ValueError if shapes differ."""
+    check_same_shape("lstm_loss", h=h.shape, c=c.shape)
     return 0.5 * jnp.sum(h**2) + jnp.sum(c)
 
 

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl._common import array, numpy, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["masked_softmax", "attention", "masked_loss", "run"]
 
@@ -43,7 +44,11 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, variant
 
 
 def masked_loss(out: jax.Array, w: jax.Array, mask: jax.Array) -> jax.Array:
-    """sum(w * out) [] over the query rows that see at least one key (padded rows excluded)."""
+    """sum(w * out) [] over the query rows that see at least one key (padded rows excluded).
+
+    Raises ValueError if out and w differ in shape.
+    """
+    check_same_shape("masked_loss", out=out.shape, w=w.shape)
     valid = mask.any(axis=-1, keepdims=True)
     return (jnp.where(valid, out, 0.0) * w).sum()  # GRAD-FLOW: padded query rows are excluded from the loss
 

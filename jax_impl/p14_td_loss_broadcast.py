@@ -48,12 +48,12 @@ def _loss(q: jax.Array, target: jax.Array, variant: str) -> jax.Array:
     return naive_td_loss(q, target)
 
 
-_value_and_grad = jax.jit(jax.value_and_grad(_loss), static_argnames="variant")
+_value_and_grad = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1)), static_argnames="variant")
 
 
 @scenario_run("p14_td_loss_broadcast")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a))."""
+    """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a)); grads/target [B] (zero: a constant)."""
     q, target = array(fx, "q"), array(fx, "target")
-    loss, g = _value_and_grad(q, target, variant)
-    return {"loss": numpy(loss), "grads/q": numpy(g)}
+    loss, (g_q, g_target) = _value_and_grad(q, target, variant)
+    return {"loss": numpy(loss), "grads/q": numpy(g_q), "grads/target": numpy(g_target)}

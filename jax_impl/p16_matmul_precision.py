@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl._common import array, numpy, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["dense", "run"]
 
@@ -32,6 +33,7 @@ def dense(x: jax.Array, kernel: jax.Array, variant: str) -> jax.Array:
 
 def _loss(x: jax.Array, kernel: jax.Array, g: jax.Array, variant: str) -> jax.Array:
     y = dense(x, kernel, variant)
+    check_same_shape("weighted_sum", g=g.shape, y=y.shape)
     return jnp.sum(g * y), y
 
 

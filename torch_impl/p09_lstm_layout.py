@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from shared.losses import check_same_shape
 from torch_impl._common import numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
@@ -48,7 +49,8 @@ def build_model(fx, variant: str) -> Recurrent:
 
 
 def lstm_loss(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    """0.5 * sum(h_T**2) + sum(c_T) over [B, H]: reaches both halves of the carry."""
+    """0.5 * sum(h_T**2) + sum(c_T) over [B, H]: reaches both halves of the carry. ValueError if shapes differ."""
+    check_same_shape("lstm_loss", h=tuple(h.shape), c=tuple(c.shape))
     return 0.5 * (h**2).sum() + c.sum()
 
 

@@ -18,6 +18,7 @@ import math
 import numpy as np
 import torch
 
+from shared.losses import check_same_shape
 from torch_impl._common import numpy, scenario_run, tensor
 
 __all__ = ["masked_softmax", "attention", "masked_loss", "run"]
@@ -42,7 +43,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 
 
 def masked_loss(out: torch.Tensor, w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """sum(w * out) [] over the query rows that see at least one key (padded rows excluded)."""
+    """sum(w * out) [] over the query rows that see at least one key (padded rows excluded).
+
+    Raises ValueError if out and w differ in shape.
+    """
+    check_same_shape("masked_loss", out=tuple(out.shape), w=tuple(w.shape))
     valid = mask.any(dim=-1, keepdim=True)
     return (torch.where(valid, out, 0.0) * w).sum()  # GRAD-FLOW: padded query rows are excluded from the loss
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
 
 __all__ = ["td_loss", "naive_td_loss", "run"]
 
@@ -48,11 +48,11 @@ def naive_td_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 @scenario_run("p14_td_loss_broadcast")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a))."""
-    q, target = tensor(fx, "q", requires_grad=True), tensor(fx, "target")
+    """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a)); grads/target [B] (zero: a constant)."""
+    q, target = tensor(fx, "q", requires_grad=True), tensor(fx, "target", requires_grad=True)
     if variant == "ported":
         loss = td_loss(q.squeeze(-1), target)
     else:
         loss = naive_td_loss(q, target)
-    (g,) = torch.autograd.grad(loss, [q])
-    return {"loss": numpy(loss), "grads/q": numpy(g)}
+    g_q, g_target = grads_or_zeros(loss, [q, target])  # the detached target reports None: explicit zeros
+    return {"loss": numpy(loss), "grads/q": numpy(g_q), "grads/target": numpy(g_target)}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from shared.losses import check_same_shape
 from torch_impl._common import numpy, scenario_run, tensor
 
 __all__ = ["dense", "run"]
@@ -32,5 +33,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     x = tensor(fx, "x", requires_grad=True)  # GRAD-FLOW: differentiate x and the kernel
     kernel = tensor(fx, "kernel", requires_grad=True)
     y = dense(x, kernel, variant)
-    gx, gk = torch.autograd.grad((tensor(fx, "g") * y).sum(), [x, kernel])
+    g = tensor(fx, "g")
+    check_same_shape("weighted_sum", g=tuple(g.shape), y=tuple(y.shape))
+    gx, gk = torch.autograd.grad((g * y).sum(), [x, kernel])
     return {"y": numpy(y), "grads/x": numpy(gx), "grads/kernel": numpy(gk)}

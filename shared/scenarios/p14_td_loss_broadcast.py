@@ -1,6 +1,7 @@
 """p14_td_loss_broadcast (pitfall P14): Q(s, a) [B, 1] against a TD target [B].
 
-Shapes: B transitions. loss = mean((q - target)**2), gradient with respect to q.
+Shapes: B transitions. loss = mean((q - target)**2), gradients with respect to q and to the
+(stopped) target.
 `q - target` with shapes [B, 1] and [B] broadcasts to [B, B]: every Q value is
 compared with every target. Handed input Q = [[1], [2], [0.5], [-1]], target
 [1.5, 1, 0, -0.5]: mse 1.8125 instead of 0.4375. torch F.mse_loss warns and
@@ -35,9 +36,11 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     q, t = a["q"], a["target"]
     if variant == "naive":
         diff = q - t[None, :]  # [B, B]: what the broadcast computes
-        return {"loss": np.array(np.mean(diff**2)), "grads/q": 2.0 * diff.sum(axis=1, keepdims=True) / diff.size}
+        grads_q = 2.0 * diff.sum(axis=1, keepdims=True) / diff.size
+        return {"loss": np.array(np.mean(diff**2)), "grads/q": grads_q, "grads/target": np.zeros_like(t)}
     diff = q[:, 0] - t
-    return {"loss": np.array(np.mean(diff**2)), "grads/q": (2.0 * diff / diff.size)[:, None]}
+    grads_q = (2.0 * diff / diff.size)[:, None]
+    return {"loss": np.array(np.mean(diff**2)), "grads/q": grads_q, "grads/target": np.zeros_like(t)}  # target stopped
 
 
 SPEC = Scenario(
@@ -56,8 +59,8 @@ SPEC = Scenario(
     build=build,
     oracle=oracle,
     pattern={
-        "ported": (("loss", "nonzero"), ("grads/q", "nonzero")),
-        "naive": (("loss", "nonzero"), ("grads/q", "nonzero")),
+        "ported": (("loss", "nonzero"), ("grads/q", "nonzero"), ("grads/target", "zero")),
+        "naive": (("loss", "nonzero"), ("grads/q", "nonzero"), ("grads/target", "zero")),
     },
     porting=Porting(
         torch="`F.mse_loss(q.squeeze(-1), target)` (a [B, 1] input only warns)",
