@@ -85,7 +85,7 @@ def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
         "lr": np.array(0.1),
         "tau": np.array(0.05),
     }
-    for net in NETS:  # the target network is an older, different copy with the same tie structure
+    for net in NETS:  # two different networks, each with the same exact tie structure
         out.update({f"params/{net}/{k}": v for k, v in _tied_network(rng, next_obs, sizes).items()})
     return out
 
