@@ -78,7 +78,7 @@ def adapt(
 
 
 def meta_loss(model: MLP, params: dict[str, torch.Tensor], tasks, alpha: float, steps: int, variant: str):
-    """Σ_t L_query(adapt(θ, support_t)); returns (meta-loss [], per-task losses [T], adapted θ'_t per task).
+    """Σ_t L_query(adapt(θ, support_t)); returns (meta-loss [], (per-task losses [T], adapted θ'_t per task)).
 
     `tasks` holds support_x [T, S, D], support_y [T, S, O], query_x [T, Q, D], query_y [T, Q, O].
     """
@@ -89,7 +89,7 @@ def meta_loss(model: MLP, params: dict[str, torch.Tensor], tasks, alpha: float, 
         losses.append(task_loss(model, params_t, qx[t], qy[t]))
         adapted.append(params_t)
     losses = torch.stack(losses)  # [T]
-    return losses.sum(), losses, adapted
+    return losses.sum(), (losses, adapted)
 
 
 @scenario_run("maml")
@@ -100,7 +100,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     params = dict(model.named_parameters())
     support_y = tensor(fx, "support_y", requires_grad=True)  # to show the path through the inner gradient
     tasks = (tensor(fx, "support_x"), support_y, tensor(fx, "query_x"), tensor(fx, "query_y"))
-    total, losses, adapted = meta_loss(model, params, tasks, fx.scalar("alpha"), int(fx["inner_steps"]), variant)
+    total, (losses, adapted) = meta_loss(model, params, tasks, fx.scalar("alpha"), int(fx["inner_steps"]), variant)
     query_grads = []
     for t, params_t in enumerate(adapted):
         # retain_graph: the meta-gradient below walks the same graph again
