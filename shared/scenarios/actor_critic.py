@@ -131,8 +131,9 @@ SPEC = Scenario(
     source="A2 §2",
     lesson=(
         "The advantage R − V(s) is a constant for the policy loss: with the stop the critic's gradient "
-        "comes from the value loss alone; without it the policy loss pushes V(s) up wherever log π(a|s) "
-        "is negative. Acting needs no graph: detach the logits for action selection, never for the loss."
+        "comes from the value loss alone; without it the policy loss also pushes every V(s) up (its "
+        "gradient on V(s) is log π(a|s) / B < 0). Acting needs no graph: detach the logits for "
+        "action selection, never for the loss."
     ),
     variants=("advantage_stopped", "advantage_not_stopped"),
     schema=SCHEMA,
