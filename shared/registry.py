@@ -36,6 +36,7 @@ _MODULES = (
     "gan",
     "tbptt",
     "grad_clipping",
+    "no_grad_inference",
     # pitfalls (family "pitfalls"), P01-P08
     "p01_std_convention",
     "p02_norm_at_zero",

@@ -1,0 +1,83 @@
+"""no_grad_inference: a validation pass as the plain JAX forward (or stop_gradient on its result).
+
+Gradient flow: none. JAX records nothing unless jax.grad / jax.vjp traces the function, so
+the torch.no_grad and torch.inference_mode variants are the plain forward here, and the
+detach variant's stop_gradient is a no-op outside a differentiation. Values equal torch's.
+Port note: there is no context manager to port and nothing like an inference tensor: a
+validation result can enter a later jax.grad freely (as a constant). grad_recorded is 1
+only for a tracer of a differentiation (the same forward inside jax.grad).
+Shapes: B samples, D inputs, H hidden units, C classes.
+Reference: JAX docs, "Automatic differentiation" (jax.grad, jax.lax.stop_gradient).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jax_impl._common import array, load_params, numpy, scenario_run
+from shared.losses import check_same_shape
+
+__all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "run"]
+
+
+class Classifier(nnx.Module):
+    """logits [B, C] = l2(tanh(l1(x [B, D])))."""
+
+    def __init__(self, d: int, h: int, c: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
+        self.l2 = nnx.Linear(h, c, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l2(jnp.tanh(self.l1(x)))
+
+
+def build_model(fx) -> Classifier:
+    """A Classifier loaded with the fixture's canonical parameters."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
+    return load_params(Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Mean softmax cross-entropy of logits [B, C] against int labels [B]. Raises ValueError on a B mismatch."""
+    check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def validate(model: Classifier, x: jax.Array, labels: jax.Array, variant: str):
+    """Validation pass: (logits [B, C], loss []) without a graph on either.
+
+    Raises ValueError for a variant other than "no_grad", "inference_mode", "detach".
+    """
+    if variant == "detach":
+        logits = jax.lax.stop_gradient(model(x))  # GRAD-FLOW: cut the result from the graph
+    elif variant in ("no_grad", "inference_mode"):
+        logits = model(x)  # GRAD-FLOW: validation records no graph
+    else:
+        raise ValueError(f"validate: variant expected 'no_grad', 'inference_mode' or 'detach', got {variant!r}")
+    return logits, cross_entropy(logits, labels)
+
+
+def grad_recorded(t: jax.Array) -> int:
+    """1 if `t` is a tracer (it is being differentiated or transformed), else 0 (a concrete array)."""
+    return int(isinstance(t, jax.core.Tracer))
+
+
+@scenario_run("no_grad_inference")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: logits [B, C], loss [], predictions [B] int64, correct [] int64, grad_recorded [] int64."""
+    model = build_model(fx)
+    labels = array(fx, "labels")
+    logits, loss = validate(model, array(fx, "x"), labels, variant)
+    predictions = logits.argmax(axis=1)
+    return {
+        "logits": numpy(logits),
+        "loss": numpy(loss),
+        "predictions": numpy(predictions).astype(np.int64),
+        "correct": np.array(int((predictions == labels).sum()), dtype=np.int64),
+        "grad_recorded": np.array(max(grad_recorded(logits), grad_recorded(loss)), dtype=np.int64),
+    }
