@@ -31,9 +31,10 @@ def row_std(x: jax.Array, variant: str) -> jax.Array:
 
 @functools.partial(jax.jit, static_argnames="variant")
 def _std_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
-    grad = jax.grad(lambda v: row_std(v, variant).sum())(
-        x
-    )  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
+    def sum_std(v: jax.Array) -> jax.Array:
+        return row_std(v, variant).sum()
+
+    grad = jax.grad(sum_std)(x)  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
     return row_std(x, variant), grad
 
 

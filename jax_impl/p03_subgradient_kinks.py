@@ -46,9 +46,8 @@ def clamp(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) -> jax.Array
     """x [N] clamped to [lo, hi]; gradient 1 for lo <= x <= hi ("naive": jnp.clip, 0.5 on a bound)."""
     if variant == "naive":
         return jnp.clip(x, lo, hi)
-    return jnp.where(
-        (x >= lo) & (x <= hi), x, jnp.clip(x, lo, hi)
-    )  # GRAD-FLOW: clamp' = 1 on the bounds, torch's subgradient
+    inside = (x >= lo) & (x <= hi)
+    return jnp.where(inside, x, jnp.clip(x, lo, hi))  # GRAD-FLOW: clamp' = 1 on the bounds, torch's subgradient
 
 
 @functools.partial(jax.jit, static_argnames="variant")

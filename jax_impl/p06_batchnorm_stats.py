@@ -43,9 +43,8 @@ class _TorchBatchNorm(nnx.Module):
             m, n = self.momentum, x.shape[0]
             mean, var = x.mean(axis=0), x.var(axis=0)  # biased: what the batch is normalised with
             new = ((1 - m) * self.mean[...] + m * mean, (1 - m) * self.var[...] + m * var * n / (n - 1))
-            self.mean[...], self.var[...] = jax.lax.stop_gradient(
-                new
-            )  # GRAD-FLOW: running statistics are buffers, never parameters
+            stats = jax.lax.stop_gradient(new)  # GRAD-FLOW: running statistics are buffers, never parameters
+            self.mean[...], self.var[...] = stats
         return (x - mean) / jnp.sqrt(var + EPS) * self.scale[...] + self.bias[...]
 
 
@@ -70,9 +69,8 @@ def _loss(bn: nnx.Module, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Ar
 
 @nnx.jit
 def _train_and_eval(bn: nnx.Module, x: jax.Array, c: jax.Array, x_eval: jax.Array):
-    grad_x, train_out = nnx.grad(_loss, argnums=1, has_aux=True)(
-        bn, x, c
-    )  # GRAD-FLOW: through the batch statistics, not the running ones
+    grad_fn = nnx.grad(_loss, argnums=1, has_aux=True)  # GRAD-FLOW: through the batch statistics, not the running ones
+    grad_x, train_out = grad_fn(bn, x, c)
     return train_out, grad_x, bn(x_eval, use_running_average=True)
 
 
