@@ -21,7 +21,7 @@ IDS = [f"C{i:02d}" for i in range(1, 23)]
 PLANNED = {"grad_clipping", "no_grad_inference"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: never recomputed when xdist interleaves other modules
 def run(tmp_path_factory) -> dict:
     """One `detach-parity claims --json` run of all 22 checks, shared by the tests below."""
     path = tmp_path_factory.mktemp("claims") / "claims.json"
