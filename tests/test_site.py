@@ -174,7 +174,7 @@ def test_special_figures_by_output_keys(tmp_path) -> None:
         g[: t_len - k] = 0
         steps = {f"rnn/grads_last/x/t{t:02d}": g[t] for t in range(t_len)}
         tb[f"k={k}"] = {"rnn/grads/x": g, "rnn/grads/w": np.ones(3), **steps}
-    made = figures.figures_for("tbptt", *_outs(tb), tmp_path, time_fields={"x"})
+    made = figures.figures_for("rnn_demo", *_outs(tb), tmp_path, time_fields={"x"})
     assert [f.kind for f in made] == ["time", "grad-norms"]
     profiles = figures._time_profiles(tb["k=1"], {"x"})
     assert sorted(profiles) == ["rnn/grads/x", "rnn/grads_last/x"]
@@ -184,10 +184,10 @@ def test_special_figures_by_output_keys(tmp_path) -> None:
         "second_order": {"meta_grads/theta": np.array([1.0, 2.0])},
         "first_order": {"meta_grads/theta": np.array([1.0, 1.5])},
     }
-    assert [f.kind for f in figures.figures_for("maml", *_outs(maml), tmp_path)] == ["meta"]
+    assert [f.kind for f in figures.figures_for("meta_demo", *_outs(maml), tmp_path)] == ["meta"]
     plain = figures.figures_for("plain", *_outs({"a": {"target/w": np.ones(2)}}), tmp_path)
     assert [f.kind for f in plain] == ["output-norms"]
-    for f in [*made, *plain, figures.FigureFile("figures/maml-meta.svg", "", "meta")]:
+    for f in [*made, *plain, figures.FigureFile("figures/meta_demo-meta.svg", "", "meta")]:
         assert "<svg" in (tmp_path / f.path).read_text(encoding="utf-8")
     # no float output at all: nothing is drawn, nothing is claimed
     assert figures.figures_for("ints", *_outs({"a": {"count": np.array(3)}}), tmp_path) == []
