@@ -179,6 +179,8 @@ SUBCOMMANDS: dict[str, Callable] = {
     "claims": _lazy("shared.claims_cli", "add_parser"),
     "bench": _lazy("shared.bench", "add_parser"),
     "selfcheck": _lazy("shared.selfcheck", "add_selfcheck"),
+    "show": _lazy("shared.show", "add_parser"),
+    "site": _lazy("shared.site", "add_parser"),
 }
 
 
