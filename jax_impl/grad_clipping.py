@@ -23,7 +23,7 @@ import optax
 
 from jax_impl._common import array, flat, numpy, scenario_run
 from shared.losses import check_same_shape
-from shared.scenarios.grad_clipping import LEAVES, REGIMES, TORCH_EPS
+from shared.scenarios.grad_clipping import LEAVES, REGIMES, TORCH_EPS, applied_coefs
 
 __all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "run"]
 
@@ -85,7 +85,7 @@ def clip_by_global_norm_torch(max_norm: jax.Array | float) -> optax.GradientTran
 def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str):
     """One window: forward from a stopped carry, gradient, clip, SGD step.
 
-    Returns (new params, loss, norm before clipping, norm after clipping, carry for the next window).
+    Returns (new params, stats [3] = loss, norm before and after clipping; carry for the next window).
     """
 
     def loss_fn(p, h):
@@ -98,7 +98,8 @@ def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str)
     sgd = optax.sgd(lr)  # the two stages of optax.chain(clip, sgd), apart to report the clipped norm
     clipped, _ = clip.update(grads, clip.init(params))
     updates, _ = sgd.update(clipped, sgd.init(params))
-    return optax.apply_updates(params, updates), loss, optax.tree.norm(grads), optax.tree.norm(clipped), h
+    stats = jnp.stack([loss, optax.tree.norm(grads), optax.tree.norm(clipped)])
+    return optax.apply_updates(params, updates), stats, h
 
 
 @scenario_run("grad_clipping")
@@ -106,21 +107,18 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs per regime: loss, norms, coefs, clipped_norms [S]; moved/<param> after S steps."""
     out = {}
     k = int(fx["window"])
-    x, targets, masks = array(fx, "x"), array(fx, "targets"), array(fx, "mask")
+    x, targets, masks = fx["x"], fx["targets"], fx["mask"]  # numpy: slicing compiles nothing
     for r, regime in enumerate(REGIMES):
         _, params = build_model(fx)
-        max_norm, weight, lr = array(fx, "max_norm")[r], array(fx, "loss_weight"), array(fx, "lr")
+        max_norm, weight, lr = fx["max_norm"][r], fx["loss_weight"], fx["lr"]
         before, h, rows = flat(params), array(fx, "h0"), []
         for start in range(0, x.shape[0], k):
             w = slice(start, start + k)
-            params, loss, norm, clipped, h = train_step(
-                params, h, x[w], targets[w], masks[r, w], max_norm, weight, lr, variant
-            )
-            rows.append(jnp.stack([loss, norm, clipped]))
-        loss, norms, clipped = jnp.stack(rows).T
-        coefs = jnp.where(norms > 0, clipped / norms, jnp.ones_like(norms))  # applied factor; 1 for zero grads
-        out.update({f"{regime}/loss": numpy(loss), f"{regime}/norms": numpy(norms)})
-        out.update({f"{regime}/coefs": numpy(coefs), f"{regime}/clipped_norms": numpy(clipped)})
+            params, stats, h = train_step(params, h, x[w], targets[w], masks[r, w], max_norm, weight, lr, variant)
+            rows.append(numpy(stats))
+        loss, norms, clipped = np.stack(rows).T
+        out.update({f"{regime}/loss": loss, f"{regime}/norms": norms, f"{regime}/clipped_norms": clipped})
+        out[f"{regime}/coefs"] = applied_coefs(norms, clipped)
         after = flat(params)
         out.update({f"{regime}/moved/{leaf}": after[leaf] - before[leaf] for leaf in LEAVES})
     return out

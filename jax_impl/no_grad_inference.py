@@ -36,10 +36,13 @@ class Classifier(nnx.Module):
 
 
 def build_model(fx) -> Classifier:
-    """A Classifier loaded with the fixture's canonical parameters."""
+    """A Classifier loaded with the fixture's canonical parameters (nnx.Param leaves, as in training).
+
+    Built with nnx.eval_shape: the random initialisation is never computed, the fixture supplies every leaf.
+    """
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
-    return load_params(Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(nnx.eval_shape(lambda: Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -48,8 +51,9 @@ def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
+@nnx.jit(static_argnames="variant")
 def validate(model: Classifier, x: jax.Array, labels: jax.Array, variant: str):
-    """Validation pass: (logits [B, C], loss []) without a graph on either.
+    """Validation pass, jitted: (logits [B, C], loss []) without a graph on either.
 
     Raises ValueError for a variant other than "no_grad", "inference_mode", "detach".
     """
@@ -71,13 +75,12 @@ def grad_recorded(t: jax.Array) -> int:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: logits [B, C], loss [], predictions [B] int64, correct [] int64, grad_recorded [] int64."""
     model = build_model(fx)
-    labels = array(fx, "labels")
-    logits, loss = validate(model, array(fx, "x"), labels, variant)
-    predictions = logits.argmax(axis=1)
+    logits, loss = validate(model, array(fx, "x"), array(fx, "labels"), variant)
+    predictions = numpy(logits).argmax(axis=1)  # [B] int64
     return {
         "logits": numpy(logits),
         "loss": numpy(loss),
-        "predictions": numpy(predictions).astype(np.int64),
-        "correct": np.array(int((predictions == labels).sum()), dtype=np.int64),
+        "predictions": predictions.astype(np.int64),
+        "correct": np.array(np.sum(predictions == fx["labels"]), dtype=np.int64),
         "grad_recorded": np.array(max(grad_recorded(logits), grad_recorded(loss)), dtype=np.int64),
     }

@@ -137,5 +137,6 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         out[f"{cell}/loss"] = numpy(loss)
         out.update({f"{cell}/grads/{key}": g for key, g in flat(g_params).items()})
         out[f"{cell}/grads/x"] = numpy(g_x)
-        out.update({f"{cell}/grads_last/x/t{t:02d}": numpy(grad_last[t]) for t in range(t_steps)})
+        grad_last = numpy(grad_last)
+        out.update({f"{cell}/grads_last/x/t{t:02d}": grad_last[t] for t in range(t_steps)})
     return out

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
+from flax import nnx
 
 from jax_impl import no_grad_inference as jn
 from shared import fixtures
@@ -74,12 +75,12 @@ def test_grad_recorded_flag_can_say_one() -> None:
     model_j = jn.build_model(fx)
     seen = []
 
-    def loss(x):
-        logits, value = jn.validate(model_j, x, jnp.asarray(fx["labels"]), "no_grad")
+    def loss(model):
+        logits, value = jn.validate(model, jnp.asarray(fx["x"]), jnp.asarray(fx["labels"]), "no_grad")
         seen.append(jn.grad_recorded(logits))
         return value
 
-    jax.grad(loss)(jnp.asarray(fx["x"]))
+    nnx.grad(loss)(model_j)
     assert seen == [1]
 
 

@@ -108,42 +108,44 @@ def test_gru_b_hn_is_nonzero_and_dropping_it_changes_hidden_states() -> None:
     n_h = fx.dims["H"]
     b_ih, b_hh = fx["params/gru/cell/ih/bias"], fx["params/gru/cell/hh/bias"]
     assert np.min(np.abs(b_hh[2 * n_h :])) > 0.05  # the fixture's b_hn is really there
+    canon = {
+        "ih/kernel": fx["params/gru/cell/ih/kernel"],
+        "ih/bias": b_ih,
+        "hh/kernel": fx["params/gru/cell/hh/kernel"],
+    }
 
-    def hidden_states(b_hn_scale: float) -> tuple[np.ndarray, np.ndarray]:
+    def torch_hidden_states(b_hn_scale: float) -> np.ndarray:
         hh_bias = np.concatenate([b_hh[: 2 * n_h], b_hn_scale * b_hh[2 * n_h :]])
-        cell = nn.GRUCell(fx.dims["I"], n_h, dtype=torch.float64)
-        params = {
-            "ih/kernel": fx["params/gru/cell/ih/kernel"],
-            "ih/bias": b_ih,
-            "hh/kernel": fx["params/gru/cell/hh/kernel"],
-        }
-        load_canonical(cell, {**params, "hh/bias": hh_bias})
-        flax_cell = nnx.GRUCell(fx.dims["I"], n_h, dtype=jnp.float64, param_dtype=jnp.float64, rngs=nnx.Rngs(0))
-        flax_cell.dense_i.kernel.set_value(jnp.asarray(params["ih/kernel"]))
-        flax_cell.dense_i.bias.set_value(jnp.asarray(b_ih + np.concatenate([b_hh[: 2 * n_h], np.zeros(n_h)])))
-        flax_cell.dense_h.kernel.set_value(jnp.asarray(params["hh/kernel"]))  # no bias: b_hn has no slot
-        h_t, h_f, hs_t, hs_f = torch.from_numpy(np.array(fx["h0"])), jnp.asarray(fx["h0"]), [], []
-        for x_t in fx["x"]:
-            with torch.no_grad():
-                h_t = cell(torch.from_numpy(np.array(x_t)), h_t)
-            h_f, _ = flax_cell(h_f, jnp.asarray(x_t))
-            hs_t.append(h_t.numpy())
-            hs_f.append(np.asarray(h_f))
-        return np.stack(hs_t), np.stack(hs_f)
+        cell = load_canonical(nn.GRUCell(fx.dims["I"], n_h, dtype=torch.float64), {**canon, "hh/bias": hh_bias})
+        h, hs = torch.from_numpy(np.array(fx["h0"])), []
+        with torch.no_grad():
+            for x_t in torch.from_numpy(np.array(fx["x"])):
+                h = cell(x_t, h)
+                hs.append(h.numpy())
+        return np.stack(hs)
 
     with jax.enable_x64(True):
-        torch_hs, flax_hs = hidden_states(1.0)
-        assert np.max(np.abs(torch_hs - flax_hs)) > 1e-2  # the naive nnx.GRUCell port drifts
-        torch_hs0, flax_hs0 = hidden_states(0.0)
-        np.testing.assert_allclose(flax_hs0, torch_hs0, rtol=1e-12, atol=1e-14)  # and is exact without b_hn
-    # the scenario's plain-function cell keeps b_hn: it matches torch with the fixture's b_hn
-    with jax.enable_x64(True):
+        flax_cell = nnx.eval_shape(
+            lambda: nnx.GRUCell(fx.dims["I"], n_h, dtype=jnp.float64, param_dtype=jnp.float64, rngs=nnx.Rngs(0))
+        )
+        flax_cell.dense_i.kernel.set_value(jnp.asarray(canon["ih/kernel"]))  # [I, 3H], blocks r | z | n: as torch
+        flax_cell.dense_i.bias.set_value(jnp.asarray(b_ih + np.concatenate([b_hh[: 2 * n_h], np.zeros(n_h)])))
+        flax_cell.dense_h.kernel.set_value(jnp.asarray(canon["hh/kernel"]))  # dense_h has no bias: no slot for b_hn
         model, params = jt.build_model(fx, "gru")
-        h, hs = jnp.asarray(fx["h0"]), []
-        for x_t in fx["x"]:
-            h, _ = model(params, jnp.asarray(x_t), h)
-            hs.append(np.asarray(h))
-    np.testing.assert_allclose(np.stack(hs), torch_hs, rtol=1e-12, atol=1e-14)
+
+        @jax.jit
+        def hidden_states(graphdef, state, params, xs, h0):
+            cell = nnx.merge(graphdef, state)
+            flax_hs = jax.lax.scan(lambda h, x: cell(h, x), h0, xs)[1]
+            plain_hs = jax.lax.scan(lambda h, x: (model(params, x, h)[0],) * 2, h0, xs)[1]
+            return flax_hs, plain_hs
+
+        flax_hs, plain_hs = hidden_states(*nnx.split(flax_cell), params, jnp.asarray(fx["x"]), jnp.asarray(fx["h0"]))
+    torch_hs = torch_hidden_states(1.0)
+    assert np.max(np.abs(torch_hs - np.asarray(flax_hs))) > 1e-2  # the naive nnx.GRUCell port drifts
+    np.testing.assert_allclose(np.asarray(flax_hs), torch_hidden_states(0.0), rtol=1e-12, atol=1e-14)  # exact w/o b_hn
+    # the scenario's plain-function cell keeps b_hn: it matches torch with the fixture's b_hn
+    np.testing.assert_allclose(np.asarray(plain_hs), torch_hs, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("module", [nn.RNNCell, nn.GRUCell])
@@ -174,10 +176,12 @@ def test_window_loop_equals_step_mask_in_both_frameworks() -> None:
     with jax.enable_x64(True):
         model_j, params = jt.build_model(fx, "elman")
         h0_j = jnp.asarray(fx["h0"])
-        g_j = [
-            jax.grad(lambda xs, f=f: f(model_j, params, xs, h0_j, 12)[-1].sum())(jnp.asarray(fx["x"]))
-            for f in (jt.unroll, jt.unroll_windows)
-        ]
+        g_j = jax.jit(
+            lambda xs: [
+                jax.grad(lambda v, f=f: f(model_j, params, v, h0_j, 12)[-1].sum())(xs)
+                for f in (jt.unroll, jt.unroll_windows)
+            ]
+        )(jnp.asarray(fx["x"]))
     np.testing.assert_allclose(np.asarray(g_j[0]), grads[0], rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(np.asarray(g_j[1]), grads[0], rtol=1e-12, atol=1e-15)
     for unroll_windows in (

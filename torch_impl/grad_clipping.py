@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from shared.losses import check_same_shape
-from shared.scenarios.grad_clipping import LEAVES, REGIMES
+from shared.scenarios.grad_clipping import LEAVES, REGIMES, applied_coefs
 from torch_impl._common import numpy, scenario_run, tensor
 from torch_impl._layout import canonical_params, load_canonical
 
@@ -70,7 +70,7 @@ def clip_by_global_norm_torch(parameters, max_norm: float) -> torch.Tensor:
 def train_step(model: Recurrent, optimizer, h, xs, targets, mask, max_norm: float, weight: float):
     """One window: forward from a detached carry, backward, clip, SGD step.
 
-    Returns (loss, norm before clipping, norm after clipping, carry for the next window).
+    Returns (stats [3] = loss, norm before and after clipping; carry for the next window).
     """
     optimizer.zero_grad()
     h = h.detach()  # GRAD-FLOW: truncation: the window starts from a constant carry
@@ -80,7 +80,7 @@ def train_step(model: Recurrent, optimizer, h, xs, targets, mask, max_norm: floa
     norm = clip_by_global_norm_torch(model.parameters(), max_norm)
     clipped = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
     optimizer.step()
-    return loss, norm, clipped, h
+    return torch.stack([loss, norm, clipped]).detach(), h
 
 
 @scenario_run("grad_clipping")
@@ -96,12 +96,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         before, h, rows = canonical_params(model), tensor(fx, "h0"), []
         for start in range(0, x.shape[0], k):
             w = slice(start, start + k)
-            loss, norm, clipped, h = train_step(model, optimizer, h, x[w], targets[w], masks[r, w], max_norm, weight)
-            rows.append(torch.stack([loss, norm, clipped]).detach())
-        loss, norms, clipped = torch.stack(rows).T
-        coefs = torch.where(norms > 0, clipped / norms, torch.ones_like(norms))  # applied factor; 1 for zero grads
-        out.update({f"{regime}/loss": numpy(loss), f"{regime}/norms": numpy(norms)})
-        out.update({f"{regime}/coefs": numpy(coefs), f"{regime}/clipped_norms": numpy(clipped)})
+            stats, h = train_step(model, optimizer, h, x[w], targets[w], masks[r, w], max_norm, weight)
+            rows.append(numpy(stats))
+        loss, norms, clipped = np.stack(rows).T
+        out.update({f"{regime}/loss": loss, f"{regime}/norms": norms, f"{regime}/clipped_norms": clipped})
+        out[f"{regime}/coefs"] = applied_coefs(norms, clipped)
         after = canonical_params(model)
         out.update({f"{regime}/moved/{leaf}": after[leaf] - before[leaf] for leaf in LEAVES})
     return out

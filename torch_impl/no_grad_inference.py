@@ -37,7 +37,10 @@ class Classifier(nn.Module):
 
 
 def build_model(fx) -> Classifier:
-    """A Classifier loaded with the fixture's canonical parameters (they require grad, as in training)."""
+    """A Classifier loaded with the fixture's canonical parameters (they require grad, as in training).
+
+    Built as usual: torch's random initialisation is cheap; the fixture then overwrites every leaf.
+    """
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_canonical(Classifier(d, h, c, getattr(torch, fx.dtype)), params)
@@ -50,7 +53,7 @@ def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 
 def validate(model: Classifier, x: torch.Tensor, labels: torch.Tensor, variant: str):
-    """Validation pass: (logits [B, C], loss []) without a graph on either.
+    """Validation pass: (logits [B, C], loss []) without a graph on either (the JAX twin is jitted).
 
     Raises ValueError for a variant other than "no_grad", "inference_mode", "detach".
     """
@@ -74,13 +77,12 @@ def grad_recorded(t: torch.Tensor) -> int:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: logits [B, C], loss [], predictions [B] int64, correct [] int64, grad_recorded [] int64."""
     model = build_model(fx)
-    labels = tensor(fx, "labels")
-    logits, loss = validate(model, tensor(fx, "x"), labels, variant)
-    predictions = logits.argmax(dim=1)
+    logits, loss = validate(model, tensor(fx, "x"), tensor(fx, "labels"), variant)
+    predictions = numpy(logits).argmax(axis=1)  # [B] int64
     return {
         "logits": numpy(logits),
         "loss": numpy(loss),
-        "predictions": numpy(predictions).astype(np.int64),
-        "correct": np.array((predictions == labels).sum().item(), dtype=np.int64),
+        "predictions": predictions.astype(np.int64),
+        "correct": np.array(np.sum(predictions == fx["labels"]), dtype=np.int64),
         "grad_recorded": np.array(max(grad_recorded(logits), grad_recorded(loss)), dtype=np.int64),
     }

@@ -63,6 +63,12 @@ def train(a: dict[str, np.ndarray], regime: int, max_norm: float) -> dict[str, n
     return out
 
 
+def applied_coefs(norms: np.ndarray, clipped: np.ndarray) -> np.ndarray:
+    """The factor clipping applied per step, clipped norm / norm [S]; 1 where the gradient is all zero."""
+    nonzero = norms > 0
+    return np.where(nonzero, clipped / np.where(nonzero, norms, 1), 1).astype(norms.dtype)
+
+
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
     sizes = {"S": 3, "K": 4, "B": 2, "I": 2, "H": 3, "O": 1}
     t_steps = sizes["S"] * sizes["K"]
