@@ -126,13 +126,14 @@ SPEC = Scenario(
     porting=Porting(
         torch="loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm); optimizer.step()",
         jax=(
-            "optax.chain(clip, optax.sgd(lr)) with clip = optax.clip_by_global_norm(max_norm) — or, to match "
-            "torch to float64, optax.stateless(lambda g, _: optax.tree.scale(min(max_norm / (‖g‖ + 1e-6), 1), g))"
+            "optax.chain(optax.clip_by_global_norm(max_norm), optax.sgd(lr)) for new JAX code; when porting torch "
+            "and checking float64 parity, or when gradient norms are small (the gap is 1e-6/‖g‖), torch's formula "
+            "as optax.stateless(lambda g, _: optax.tree.scale(jnp.minimum(max_norm / (optax.tree.norm(g) + 1e-6), 1), g))"
         ),
         trap=(
             "Same name, two formulas: torch scales by max_norm / (‖g‖ + 1e-6) even exactly at the threshold; "
             "optax leaves ‖g‖ < max_norm untouched and scales by max_norm / ‖g‖. Invisible in float32 for "
-            "‖g‖ ~ 1, 0.1 % at ‖g‖ ~ 1e-3. Only the norm's value is needed: its gradient at 0 is NaN in JAX (P02)."
+            "‖g‖ ~ 1 (5e-7), 0.13 % at ‖g‖ = 8e-4. Only the norm's value is needed: its gradient at 0 is NaN in JAX (P02)."
         ),
     ),
     diverges=("optax_default",),
