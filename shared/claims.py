@@ -27,6 +27,7 @@ __all__ = [
     "CLAIMS",
     "get",
     "verify",
+    "Outcome",
     "evaluate",
     "run_all",
     "markdown_table",
