@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
@@ -122,6 +123,6 @@ def test_torch_func_twin_agrees(variant: str) -> None:
 
 @pytest.mark.parametrize("module", [tmaml, jmaml], ids=["torch", "jax"])
 def test_mse_loss_refuses_broadcasting(module) -> None:
-    lib = torch if module is tmaml else __import__("jax").numpy
+    lib = torch if module is tmaml else jnp
     with pytest.raises(ValueError, match=r"mse_loss: pred has shape \(4, 1\) but y has shape \(4,\)"):
         module.mse_loss(lib.zeros((4, 1)), lib.zeros(4))
