@@ -69,6 +69,7 @@ def test_index_lists_scenarios_without_errors(built, browser) -> None:
         assert links == list(SCENARIOS)
         assert page.locator("#table-cheatsheet tbody tr").count() == len(SCENARIOS)
         assert page.locator("#table-scenarios .verdict").all_inner_texts() == ["PASS"] * len(SCENARIOS)
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # no sideways scrolling
         assert errors == []
     finally:
         page.close()
@@ -94,6 +95,7 @@ def test_scenario_page_columns_side_by_side_and_figure(built, browser, tmp_path)
         img = page.locator("#figures img").first
         img.scroll_into_view_if_needed()
         assert img.evaluate("el => el.complete && el.naturalWidth") > 0
+        assert page.evaluate("document.documentElement.scrollWidth") <= 1280
         shot = tmp_path / "site-screenshot.png"
         page.screenshot(path=str(shot), full_page=True)
         assert shot.stat().st_size > 10_000
