@@ -162,8 +162,8 @@ SPEC = Scenario(
             "create_graph / retain_graph have no JAX counterpart: jax.grad returns an ordinary traceable "
             "function, so the inner gradient is differentiable unless stopped, and there is no tape to keep "
             "or free. In torch the default (create_graph=False) silently drops the Hessian term: the "
-            "'second-order' code is first order, with no error. The stop does the opposite of what A1 "
-            "§6.2 says: it removes, not approximates, the second-order term."
+            "'second-order' code is first order, with no error. Detaching the inner gradient does not "
+            "approximate the second-order term (A1 §6.2), it drops it: that is FOMAML."
         ),
     ),
 )
