@@ -126,3 +126,18 @@ def test_mse_loss_refuses_broadcasting(module) -> None:
     lib = torch if module is tmaml else jnp
     with pytest.raises(ValueError, match=r"mse_loss: pred has shape \(4, 1\) but y has shape \(4,\)"):
         module.mse_loss(lib.zeros((4, 1)), lib.zeros(4))
+
+
+def test_canonical_named_matches_the_module_layout_and_refuses_bad_dicts() -> None:
+    from torch_impl._layout import canonical_params
+
+    model = tmaml.build_model(fixtures.make("maml", "float64", case="n1"))
+    named = dict(model.named_parameters())
+    got, want = canonical_named(model, named), canonical_params(model)
+    assert list(got) == list(want) and all(np.array_equal(got[k], want[k]) for k in want)
+    with pytest.raises(KeyError, match="no tensor for parameter 'l2.bias'"):
+        canonical_named(model, {k: v for k, v in named.items() if k != "l2.bias"})
+    with pytest.raises(ValueError, match=r"'l1.weight' expected shape \(8, 1\), got \(1, 8\)"):
+        canonical_named(model, {**named, "l1.weight": named["l1.weight"].T})
+    with pytest.raises(ValueError, match=r"tensors \['extra'\] match no parameter of MLP"):
+        canonical_named(model, {**named, "extra": torch.zeros(1)})
