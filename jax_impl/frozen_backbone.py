@@ -13,6 +13,8 @@ Reference: Yosinski et al. 2014, arXiv:1411.1792; Loshchilov & Hutter 2019, arXi
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,14 +67,14 @@ def make_optimizer(model: Classifier, fx, variant: str) -> nnx.Optimizer:
     wrt = nnx.Param
     if variant in ("freeze_params", "detach_features"):
         wrt = HEAD  # GRAD-FLOW: frozen leaves stay out of the optimizer
-    tx = optax.adamw(
-        fx.scalar("lr"),
-        b1=fx.scalar("b1"),
-        b2=fx.scalar("b2"),
-        eps=fx.scalar("eps"),
-        weight_decay=fx.scalar("weight_decay"),
-    )
-    return nnx.Optimizer(model, tx, wrt=wrt)
+    names = ("lr", "b1", "b2", "eps", "weight_decay")
+    return nnx.Optimizer(model, _adamw(*(fx.scalar(k) for k in names)), wrt=wrt)
+
+
+@functools.cache
+def _adamw(lr: float, b1: float, b2: float, eps: float, weight_decay: float) -> optax.GradientTransformation:
+    # one transformation object per setting: nnx.jit keys its cache on it, a new object recompiles
+    return optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import pytest
+
+# The suite compiles a few hundred tiny XLA programs; at these sizes LLVM's optimisation
+# passes cost more than they save. Set before JAX starts its backend; values may change
+# by rounding only, and every tolerance stays as it is. An explicit XLA_FLAGS wins.
+os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 
 from shared.runner import CaseResult, iter_cases, run_case
 

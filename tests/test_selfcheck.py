@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 import textwrap
+from pathlib import Path
 
 from shared import selfcheck
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SOURCE = textwrap.dedent(
     '''
@@ -69,7 +74,16 @@ def test_covering_tests_for_a_scenario() -> None:
     assert "tests/test_lint.py" not in args and args[-2] == "-k"
 
 
+KILL_ONE = """
+from shared import selfcheck
+site = next(s for s in selfcheck.find_sites() if s.path == "jax_impl/basics.py" and "stop_gradient" in s.construct)
+(outcome,) = selfcheck.selfcheck([site], jobs=1)
+print(outcome.status, outcome.exit_code)
+"""
+
+
 def test_a_real_mutant_is_killed() -> None:
-    site = next(s for s in selfcheck.find_sites() if s.path == "jax_impl/basics.py" and "stop_gradient" in s.construct)
-    (outcome,) = selfcheck.selfcheck([site], jobs=1)
-    assert outcome.status == "killed" and outcome.exit_code == 1
+    # a fresh interpreter: this pytest process has JAX running and the unmutated modules imported
+    proc = subprocess.run([sys.executable, "-c", KILL_ONE], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["killed", "1"]
