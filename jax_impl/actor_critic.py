@@ -48,7 +48,7 @@ def build_model(fx) -> ActorCritic:
     """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture)."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
-    return load_params(ActorCritic(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(nnx.eval_shape(lambda: ActorCritic(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 def select_actions(logits: jax.Array, noise: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -45,7 +45,9 @@ class Attention(nnx.Module):
 def build_model(fx) -> Attention:
     """An Attention head loaded with the fixture's canonical kernels."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
-    return load_params(Attention(fx.dims["E"], fx.dims["K"], jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(
+        nnx.eval_shape(lambda: Attention(fx.dims["E"], fx.dims["K"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
+    )
 
 
 def masked_softmax(scores: jax.Array, mask: jax.Array) -> jax.Array:

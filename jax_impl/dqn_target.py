@@ -44,7 +44,7 @@ def build_networks(fx) -> tuple[QNetwork, QNetwork]:
     nets = []
     for net in ("online", "target"):
         params = {k.removeprefix(f"params/{net}/"): v for k, v in fx.items() if k.startswith(f"params/{net}/")}
-        nets.append(load_params(QNetwork(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0)), params))
+        nets.append(load_params(nnx.eval_shape(lambda: QNetwork(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params))
     return nets[0], nets[1]
 
 

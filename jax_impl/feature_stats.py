@@ -45,7 +45,7 @@ def build_model(fx) -> Regressor:
     """A Regressor loaded with the fixture's canonical parameters."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
-    return load_params(Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(nnx.eval_shape(lambda: Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 def feature_stats(features: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:

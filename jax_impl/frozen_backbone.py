@@ -59,7 +59,7 @@ def build_model(fx) -> Classifier:
     """A Classifier loaded with the fixture's canonical parameters."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
-    return load_params(Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(nnx.eval_shape(lambda: Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 def make_optimizer(model: Classifier, fx, variant: str) -> nnx.Optimizer:

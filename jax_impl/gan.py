@@ -61,7 +61,10 @@ def build_model(fx) -> GAN:
     """A GAN loaded with the fixture's canonical parameters."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     dims = fx.dims
-    return load_params(GAN(dims["Z"], dims["X"], dims["H"], dims["O"], jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(
+        nnx.eval_shape(lambda: GAN(dims["Z"], dims["X"], dims["H"], dims["O"], jnp.dtype(fx.dtype), nnx.Rngs(0))),
+        params,
+    )
 
 
 def make_optimizers(model: GAN, fx) -> tuple[nnx.Optimizer, nnx.Optimizer]:

@@ -41,7 +41,7 @@ def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's initial (meta) parameters θ."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
-    return load_params(MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(nnx.eval_shape(lambda: MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 def mse_loss(pred: jax.Array, y: jax.Array) -> jax.Array:

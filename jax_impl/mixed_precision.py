@@ -65,7 +65,7 @@ def build_model(fx) -> Regressor:
     """A Regressor whose master weights are the fixture's canonical parameters (fixture dtype)."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
-    return load_params(Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(nnx.eval_shape(lambda: Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 def autocast(x: jax.Array) -> jax.Array:

@@ -46,7 +46,7 @@ def build_model(fx) -> MultiTaskNet:
     """A MultiTaskNet loaded with the fixture's canonical parameters (dtype of the fixture)."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
-    return load_params(MultiTaskNet(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0)), params)
+    return load_params(nnx.eval_shape(lambda: MultiTaskNet(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 def task_losses(pred1: jax.Array, y1: jax.Array, logits2: jax.Array, labels: jax.Array) -> tuple[jax.Array, jax.Array]:
