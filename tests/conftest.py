@@ -31,6 +31,7 @@ def all_cases(family: str | None = None) -> list:
     ]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config, items) -> None:
     """Send every test about one scenario to the same xdist worker, so `case_result` is computed once.
 
