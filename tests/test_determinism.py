@@ -20,7 +20,7 @@ def strip_timing(obj):
 def test_run_json_is_deterministic(tmp_path) -> None:
     paths = [tmp_path / "a.json", tmp_path / "b.json"]
     for path in paths:
-        argv = ["run", "basics", "frozen_backbone", "--seed", "7", "--quiet", "--json", str(path)]
+        argv = ["run", "basics", "frozen_backbone", "--dtype", "float64", "--seed", "7", "--quiet", "--json", str(path)]
         assert cli.main(argv) == 0
     a, b = (json.loads(p.read_text()) for p in paths)
     assert a["results"] and len(a["results"]) == len(b["results"])
