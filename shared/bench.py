@@ -20,6 +20,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from shared.cliargs import json_path, positive_int
+
 __all__ = ["MODELS", "QUICK", "RATIOS", "weights", "run_bench", "add_parser", "cmd_bench"]
 
 # name -> width W, depth (layers, the last one is the head), batch B, steps per timing
@@ -94,11 +96,8 @@ def run_bench(repeats: int = 20, quick: bool = False) -> dict:
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
-    """Run the bench, print the tables, write JSON on request; 0, or 2 on bad arguments."""
-    from shared.cli import UsageError, _versions
-
-    if args.repeats < 1:
-        raise UsageError(f"--repeats expected >= 1, got {args.repeats}")
+    """Run the bench, print the tables, write JSON on request; 0 (bad arguments exit 2 in argparse)."""
+    from shared.cli import _versions
     start = time.perf_counter()
     with contextlib.nullcontext() if args.quiet else console.status("benchmarking"):
         payload = run_bench(args.repeats, args.quick)
@@ -131,8 +130,8 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
 def add_parser(sub) -> None:
     """Register the `bench` subcommand on an argparse subparsers object."""
     p = sub.add_parser("bench", help="timing and memory, torch vs JAX, detach vs not / no_grad / freezing")
-    p.add_argument("--repeats", type=int, default=20, help="timings per variant, median reported (default 20)")
+    p.add_argument("--repeats", type=positive_int, default=20, help="timings per variant, median reported (default 20)")
     p.add_argument("--quick", action="store_true", help="small models (smoke test of the bench itself)")
-    p.add_argument("--json", metavar="PATH", help="also write the measurements as JSON")
+    p.add_argument("--json", type=json_path, metavar="PATH", help="also write the measurements as JSON")
     p.add_argument("--quiet", action="store_true", help="no spinner")
     p.set_defaults(func=cmd_bench)

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shared import claims
+from shared.cliargs import json_path
 
 __all__ = ["add_parser", "cmd_claims"]
 
@@ -68,6 +69,8 @@ def add_parser(sub) -> None:
     """Register the `claims` subcommand on an argparse subparsers object."""
     p = sub.add_parser("claims", help="check every tutorial claim about detach() by running it (C01–C22)")
     p.add_argument("ids", nargs="*", metavar="ID", help=f"default all; of {list(claims.CLAIMS)}")
-    p.add_argument("--json", metavar="PATH", help="also write ids, verdicts and this run's evidence as JSON")
+    p.add_argument(
+        "--json", type=json_path, metavar="PATH", help="also write ids, verdicts and this run's evidence as JSON"
+    )
     p.add_argument("--quiet", action="store_true", help="no spinner")
     p.set_defaults(func=cmd_claims)

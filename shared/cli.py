@@ -23,6 +23,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from shared import registry
+from shared.cliargs import json_path, non_negative_int
 from shared.fixtures import FLOAT_DTYPES
 from shared.parity import tolerance_for
 
@@ -98,7 +99,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         table.add_column(col, justify="right" if col[0] in "|rtj" else "left", no_wrap=True)
     for r in results:
         spec = registry.get(r.scenario)
-        tj, to, jo = r.torch_jax, r.torch_oracle, r.jax_oracle
+        tj, to, jo = r.shown, r.torch_oracle, (r.divergent_oracle if r.diverges else r.jax_oracle)
         style = "green" if r.ok else "red"
         table.add_row(
             r.scenario,
@@ -150,8 +151,8 @@ def _add_run(sub) -> None:
     p.add_argument("--variant", help="only this variant")
     p.add_argument("--family", choices=registry.FAMILIES, help="only this family")
     p.add_argument("--dtype", default="all", choices=(*FLOAT_DTYPES, "all"))
-    p.add_argument("--seed", type=int, default=0, help="fixture seed (default 0)")
-    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="fixture seed (default 0)")
+    p.add_argument("--json", type=json_path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
 
@@ -203,4 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # through the package: subcommands raise shared.cli.UsageError, not __main__.UsageError
+    from shared.cli import main as _main
+
+    sys.exit(_main())

@@ -40,10 +40,39 @@ class Field:
     kind: str = "float"
     finite: bool = True
     doc: str = ""
+    low: float | None = None
+    high: float | str | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ("float", "int", "bool"):
             raise ValueError(f"Field.kind: expected 'float', 'int' or 'bool', got {self.kind!r}")
+
+    def range_text(self, dims: Mapping[str, int]) -> str:
+        """The allowed values in interval notation, e.g. "[0, C=3)" or "(0, 1]"."""
+        if self.choices is not None:
+            return "{" + ", ".join(f"{c:g}" for c in self.choices) + "}"
+        lo = "-inf" if self.low is None else f"{self.low:g}"
+        if isinstance(self.high, str):
+            hi, close = f"{self.high}={dims.get(self.high, '?')}", ")"
+        else:
+            hi, close = ("inf" if self.high is None else f"{self.high:g}"), (")" if self.high_open else "]")
+        return f"{'(' if self.low_open else '['}{lo}, {hi}{close}"
+
+    def out_of_range(self, arr: np.ndarray, dims: Mapping[str, int]) -> np.ndarray:
+        """Boolean mask of the elements outside the allowed values (letters bound through `dims`)."""
+        bad = np.zeros(arr.shape, dtype=bool)
+        if self.choices is not None:
+            return ~np.isin(arr, self.choices)
+        if self.low is not None:
+            bad |= (arr <= self.low) if self.low_open else (arr < self.low)
+        if isinstance(self.high, str):  # an index into an axis of size dims[letter]: exclusive
+            bad |= arr >= dims[self.high]
+        elif self.high is not None:
+            bad |= (arr >= self.high) if self.high_open else (arr > self.high)
+        return bad
 
 
 def _shape_str(shape: tuple[int | str, ...]) -> str:
@@ -104,6 +133,19 @@ def validate(
     for letter, size in dims.items():
         if size == 0:
             raise ValueError(f"fixture {scenario!r}: dimension {letter} (field {bound_by[letter]!r}) is empty")
+    for name, spec in schema.items():  # value ranges, once every shape letter is bound
+        if spec.low is None and spec.high is None and spec.choices is None:
+            continue
+        if isinstance(spec.high, str) and spec.high not in dims:
+            raise ValueError(f"fixture {scenario!r} field {name!r}: range bound {spec.high!r} is no shape letter")
+        bad = spec.out_of_range(arrays[name], dims)
+        if bad.any():
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            value = arrays[name][idx] if idx else arrays[name][()]
+            raise ValueError(
+                f"fixture {scenario!r} field {name!r}: expected values in {spec.range_text(dims)}, "
+                f"got {value} at index {idx}"
+            )
     return dims
 
 
@@ -128,6 +170,10 @@ class Fixture(Mapping[str, np.ndarray]):
     ) -> None:
         frozen = {}
         for name, arr in arrays.items():
+            if not isinstance(arr, np.ndarray):
+                raise ValueError(
+                    f"fixture {scenario!r} field {name!r}: expected a numpy array, got {type(arr).__name__}"
+                )
             arr = np.array(arr, copy=True)  # own the memory: callers cannot write through
             arr.flags.writeable = False
             frozen[name] = arr
@@ -191,6 +237,8 @@ def make(scenario: str, dtype: str, seed: int = 0, case: str | None = None) -> F
         raise ValueError(f"fixture {scenario!r}: case expected one of {list(spec.cases)}, got {case!r}")
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"fixture {scenario!r}: dtype expected one of {FLOAT_DTYPES}, got {dtype!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"fixture {scenario!r}: seed expected a non-negative int, got {seed!r}")
     rng = np.random.Generator(np.random.PCG64(seed))
     raw = spec.build(rng, case)
     return Fixture(scenario, dtype, _cast(raw, spec.schema, dtype), spec.schema, seed=seed, case=case)
@@ -207,11 +255,21 @@ def from_arrays(scenario: str, arrays: Mapping[str, np.ndarray], *, case: str = 
     from shared.registry import get
 
     spec = get(scenario)
+    if not isinstance(arrays, Mapping):
+        raise ValueError(
+            f"fixture {scenario!r}: arrays expected a mapping of field name to array, got {type(arrays).__name__}"
+        )
+    missing = sorted(set(spec.schema) - set(arrays))
+    if missing:
+        raise ValueError(f"fixture {scenario!r}: missing field(s) {missing}; expected fields {sorted(spec.schema)}")
     float_dtypes = {
         np.asarray(a).dtype.name for k, a in arrays.items() if k in spec.schema and spec.schema[k].kind == "float"
     }
     if len(float_dtypes) != 1:
-        raise ValueError(
-            f"fixture {scenario!r}: float fields expected one dtype of {FLOAT_DTYPES}, got {sorted(float_dtypes)}"
-        )
+        by_field = {
+            k: np.asarray(a).dtype.name
+            for k, a in arrays.items()
+            if k in spec.schema and spec.schema[k].kind == "float"
+        }
+        raise ValueError(f"fixture {scenario!r}: float fields expected one dtype of {FLOAT_DTYPES}, got {by_field}")
     return Fixture(scenario, float_dtypes.pop(), dict(arrays), spec.schema, seed=None, case=case)

@@ -25,6 +25,12 @@ class Tolerance:
     rtol: float
     atol: float
 
+    def __post_init__(self) -> None:
+        for name in ("rtol", "atol"):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and np.isfinite(value) and value >= 0):
+                raise ValueError(f"Tolerance.{name}: expected a finite number >= 0, got {value!r}")
+
     def bound(self, scale: float) -> float:
         return self.atol + self.rtol * scale
 
@@ -127,6 +133,8 @@ def compare(
     """
     na, nb = names
     result = Comparison(label=label, ok=True)
+    if isinstance(nonfinite_ok, str):
+        raise ValueError(f"compare: nonfinite_ok expected a tuple of globs, got the string {nonfinite_ok!r}")
     allowed = tuple(nonfinite_ok)
 
     def fail(msg: str) -> None:
@@ -155,6 +163,9 @@ def compare(
             continue
         if x.size == 0:
             fail(f"{leaf}: empty array: nothing was compared")
+            continue
+        if x.dtype.kind not in "biuf" or y.dtype.kind not in "biuf":
+            fail(f"{leaf}: expected bool, int or float arrays, got {na} {x.dtype} and {nb} {y.dtype}")
             continue
         if x.dtype.kind == "b" or y.dtype.kind == "b" or (x.dtype.kind in "iu" and y.dtype.kind in "iu"):
             same = bool(np.array_equal(x, y))
@@ -209,7 +220,11 @@ def check_pattern(
             problems.append(f"{label}: pattern {glob!r} ({expect}) matches no output key; keys: {sorted(outputs)}")
             continue
         for key in keys:
-            arr = np.asarray(outputs[key], dtype=np.float64)
+            arr = np.asarray(outputs[key])
+            if arr.size == 0 or arr.dtype.kind not in "biuf":
+                problems.append(f"{label}[{key!r}]: expected a non-empty numeric array, got {arr.dtype} {arr.shape}")
+                continue
+            arr = arr.astype(np.float64)
             if expect == "zero":
                 if not np.all(arr == 0):
                     problems.append(f"{label}[{key!r}]: expected exactly zero, max|x| = {np.max(np.abs(arr)):.3g}")

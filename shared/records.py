@@ -50,8 +50,9 @@ class Scenario:
       porting: Porting notes.
       tolerances: dtype -> {"parity" | "oracle": Tolerance}, overriding the defaults,
         with the reason in `tolerance_note`.
-      diverges: variants in which JAX is meant to differ from torch (a naive port):
-        torch must match the oracle, JAX must not match torch.
+      diverges: variant -> globs of the output keys on which JAX is meant to differ
+        from torch (a naive port): there JAX must differ from torch and the oracle,
+        everywhere else it must agree; torch must match the oracle on every key.
       nonfinite_ok: globs of output keys allowed to be NaN / inf (equal on both sides).
       dtypes: dtypes the scenario runs in.
     """
@@ -71,7 +72,7 @@ class Scenario:
     cases: tuple[str, ...] = ("random",)
     tolerances: Mapping[str, Mapping[str, Tolerance]] = field(default_factory=dict)
     tolerance_note: str = ""
-    diverges: tuple[str, ...] = ()
+    diverges: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     nonfinite_ok: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ("float32", "float64")
 
@@ -85,9 +86,18 @@ class Scenario:
                 f"scenario {self.name!r}: pattern expected an entry per variant {list(self.variants)}, "
                 f"got {sorted(self.pattern)}"
             )
+        if not isinstance(self.diverges, Mapping):
+            raise ValueError(
+                f"scenario {self.name!r}: diverges expected a mapping variant -> key globs, got {self.diverges!r}"
+            )
         unknown = set(self.diverges) - set(self.variants)
         if unknown:
             raise ValueError(f"scenario {self.name!r}: diverges names unknown variants {sorted(unknown)}")
+        for variant, globs in self.diverges.items():
+            if isinstance(globs, str) or not globs:
+                raise ValueError(
+                    f"scenario {self.name!r}: diverges[{variant!r}] expected a non-empty tuple of key globs, got {globs!r}"
+                )
         object.__setattr__(self, "schema", MappingProxyType(dict(self.schema)))
 
     def check_variant(self, variant: str) -> str:

@@ -1,10 +1,10 @@
 """Run one case (scenario × variant × fixture case × dtype): torch, JAX, oracle, lesson.
 
 A case passes when
-  * torch and JAX agree within the parity tolerance (or, for a variant listed in
-    `diverges`, JAX differs from torch: the naive port is shown to be wrong);
-  * torch and JAX each match the float64 oracle within the oracle tolerance
-    (for `diverges` variants: torch matches, JAX does not);
+  * torch and JAX agree within the parity tolerance, and each matches the float64
+    oracle within the oracle tolerance; for a variant declared in `diverges` (a
+    naive port), JAX must differ from torch and from the oracle on the declared
+    keys, and agree with both on every other key;
   * every float output is in the fixture dtype on both sides (a float32 run really
     computed in float32);
   * the expected zero / non-zero pattern of the variant holds on both sides.
@@ -12,6 +12,7 @@ A case passes when
 
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import time
 import traceback
@@ -36,15 +37,26 @@ def impl(framework: str, scenario: str):
 
 @dataclass
 class CaseResult:
+    """Everything one case produced and how it was judged.
+
+    For a variant declared in the scenario's `diverges` (a naive port), `divergent`
+    and `divergent_oracle` compare JAX on the declared keys only (they must fail:
+    the naive port is wrong there), while `torch_jax` and `jax_oracle` cover every
+    other key (they must pass: the naive port is right everywhere else).
+    """
+
     scenario: str
     variant: str
     case: str
     dtype: str
     seed: int
-    diverges: bool = False
+    diverges: tuple[str, ...] = ()
     torch_jax: Comparison | None = None
     torch_oracle: Comparison | None = None
     jax_oracle: Comparison | None = None
+    divergent: Comparison | None = None
+    divergent_oracle: Comparison | None = None
+    structure: Comparison | None = None
     pattern_problems: list[str] = field(default_factory=list)
     dtype_problems: list[str] = field(default_factory=list)
     error: str | None = None
@@ -57,19 +69,29 @@ class CaseResult:
 
     @property
     def parity_ok(self) -> bool:
-        """torch vs JAX as the registry expects: equal, or different for a naive port."""
+        """torch vs JAX as the registry expects: equal, or different exactly on the declared keys."""
         if self.torch_jax is None:
             return False
         if self.diverges:
-            return not self.torch_jax.ok and not _structural(self.torch_jax)
+            d = self.divergent
+            return (
+                self.structure is not None
+                and not _structural(self.structure)
+                and self.torch_jax.ok
+                and d is not None
+                and not d.ok
+                and not _structural(d)
+            )
         return self.torch_jax.ok
 
     @property
     def oracle_ok(self) -> bool:
         if self.torch_oracle is None or self.jax_oracle is None:
             return False
-        jax_expected = not self.jax_oracle.ok if self.diverges else self.jax_oracle.ok
-        return self.torch_oracle.ok and jax_expected
+        if self.diverges:
+            d = self.divergent_oracle
+            return self.torch_oracle.ok and self.jax_oracle.ok and d is not None and not d.ok
+        return self.torch_oracle.ok and self.jax_oracle.ok
 
     @property
     def lesson_ok(self) -> bool:
@@ -87,37 +109,45 @@ class CaseResult:
             return "FAIL"
         return "DIFFERS (expected)" if self.diverges else "PASS"
 
+    @property
+    def shown(self) -> Comparison | None:
+        """The torch-vs-JAX comparison a table shows: the declared difference for a naive port."""
+        return self.divergent if self.diverges else self.torch_jax
+
     def problems(self) -> list[str]:
         out = [self.error] if self.error else []
-        for comp, name in (
-            (self.torch_jax, "torch vs jax"),
-            (self.torch_oracle, "torch vs oracle"),
-            (self.jax_oracle, "jax vs oracle"),
-        ):
+        for comp in (self.structure, self.torch_jax, self.torch_oracle, self.jax_oracle):
+            if comp is not None and not comp.ok and (comp is not self.structure or _structural(comp)):
+                out.extend(comp.problems)
+        for comp, name in ((self.divergent, "torch vs jax"), (self.divergent_oracle, "jax vs oracle")):
             if comp is None:
                 continue
-            if self.diverges and comp is not self.torch_oracle:
-                if comp.ok:
-                    out.append(f"{comp.label}: {name} agree, but this naive variant must differ")
-                elif _structural(comp):
-                    out.extend(comp.problems)
-            elif not comp.ok:
+            if comp.ok:
+                out.append(
+                    f"{comp.label}: {name} agree on {list(self.diverges)}, but this naive variant must differ there"
+                )
+            elif _structural(comp):
                 out.extend(comp.problems)
         return out + self.pattern_problems + self.dtype_problems
 
     def to_json(self) -> dict:
+        def js(comp: Comparison | None) -> dict | None:
+            return comp.to_json() if comp else None
+
         return {
             "scenario": self.scenario,
             "variant": self.variant,
             "case": self.case,
             "dtype": self.dtype,
             "seed": self.seed,
-            "diverges": self.diverges,
+            "diverges": list(self.diverges),
             "verdict": self.verdict,
             "ok": self.ok,
-            "parity": self.torch_jax.to_json() if self.torch_jax else None,
-            "torch_oracle": self.torch_oracle.to_json() if self.torch_oracle else None,
-            "jax_oracle": self.jax_oracle.to_json() if self.jax_oracle else None,
+            "parity": js(self.torch_jax),
+            "torch_oracle": js(self.torch_oracle),
+            "jax_oracle": js(self.jax_oracle),
+            "divergent": js(self.divergent),
+            "divergent_oracle": js(self.divergent_oracle),
             "lesson_ok": self.lesson_ok,
             "problems": self.problems(),
             "seconds": round(self.seconds, 4),
@@ -129,6 +159,11 @@ def _structural(comp: Comparison) -> bool:
     return any(("keys only" in p or "shape" in p or "dtype" in p or "empty" in p) for p in comp.problems)
 
 
+def _split(out: dict[str, np.ndarray], globs: tuple[str, ...]) -> tuple[dict, dict]:
+    hit = {k: v for k, v in out.items() if any(fnmatch.fnmatchcase(k, g) for g in globs)}
+    return hit, {k: v for k, v in out.items() if k not in hit}
+
+
 def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case: str | None = None) -> CaseResult:
     """Run torch, JAX and the oracle on one fixture and check parity, oracle, dtypes and lesson.
 
@@ -137,7 +172,7 @@ def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case
     spec = get(spec) if isinstance(spec, str) else spec
     spec.check_variant(variant)
     case = spec.cases[0] if case is None else case
-    res = CaseResult(spec.name, variant, case, dtype, seed, diverges=variant in spec.diverges)
+    res = CaseResult(spec.name, variant, case, dtype, seed, diverges=tuple(spec.diverges.get(variant, ())))
     label = res.label
     start = time.perf_counter()
     try:
@@ -150,25 +185,47 @@ def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case
         res.seconds = time.perf_counter() - start
         return res
     res.outputs = {"torch": out_t, "jax": out_j, "oracle": out_o}
-    res.torch_jax = compare(
-        out_j,
-        out_t,
-        tolerance_for(dtype, "parity", spec.tolerances),
-        label=label,
-        names=("jax", "torch"),
-        nonfinite_ok=spec.nonfinite_ok,
-    )
+    ptol = tolerance_for(dtype, "parity", spec.tolerances)
     otol = tolerance_for(dtype, "oracle", spec.tolerances)
+    nonfinite = spec.nonfinite_ok
+
+    def jax_vs(ref: dict, tol, names, *, check_dtype, keys) -> Comparison:
+        return compare(
+            {k: out_j[k] for k in keys if k in out_j},
+            {k: ref[k] for k in keys if k in ref},
+            tol,
+            label=label,
+            names=names,
+            check_dtype=check_dtype,
+            nonfinite_ok=nonfinite,
+        )
+
     res.torch_oracle = compare(
-        out_t, out_o, otol, label=label, names=("torch", "oracle"), check_dtype=False, nonfinite_ok=spec.nonfinite_ok
+        out_t, out_o, otol, label=label, names=("torch", "oracle"), check_dtype=False, nonfinite_ok=nonfinite
     )
-    res.jax_oracle = compare(
-        out_j, out_o, otol, label=label, names=("jax", "oracle"), check_dtype=False, nonfinite_ok=spec.nonfinite_ok
-    )
+    if res.diverges:
+        res.structure = compare(out_j, out_t, ptol, label=label, names=("jax", "torch"), nonfinite_ok=nonfinite)
+        for glob in res.diverges:
+            if not any(fnmatch.fnmatchcase(k, glob) for k in out_t):
+                res.pattern_problems.append(f"{label}: diverging key glob {glob!r} matches no output key")
+        hit, rest = _split(out_t, res.diverges)
+        res.divergent = jax_vs(out_t, ptol, ("jax", "torch"), check_dtype=True, keys=hit)
+        res.divergent_oracle = jax_vs(out_o, otol, ("jax", "oracle"), check_dtype=False, keys=hit)
+        if rest:
+            res.torch_jax = jax_vs(out_t, ptol, ("jax", "torch"), check_dtype=True, keys=rest)
+            res.jax_oracle = jax_vs(out_o, otol, ("jax", "oracle"), check_dtype=False, keys=rest)
+        else:  # every output is declared divergent: nothing else to agree on
+            res.torch_jax = Comparison(label=label, ok=True)
+            res.jax_oracle = Comparison(label=label, ok=True)
+    else:
+        res.torch_jax = compare(out_j, out_t, ptol, label=label, names=("jax", "torch"), nonfinite_ok=nonfinite)
+        res.jax_oracle = compare(
+            out_j, out_o, otol, label=label, names=("jax", "oracle"), check_dtype=False, nonfinite_ok=nonfinite
+        )
     for name, out in (("torch", out_t), ("jax", out_j)):
         res.pattern_problems += check_pattern(out, spec.pattern[variant], label=f"{label} {name}")
         for key, arr in out.items():
-            if arr.dtype.kind == "f" and arr.dtype != np.dtype(dtype):
+            if arr.dtype.kind in "fc" and arr.dtype != np.dtype(dtype):
                 res.dtype_problems.append(f"{label} {name}[{key!r}]: expected dtype {dtype}, got {arr.dtype}")
     res.seconds = time.perf_counter() - start
     return res

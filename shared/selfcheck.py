@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from shared.cliargs import json_path, positive_int
+
 __all__ = ["Site", "find_sites", "covering_tests", "selfcheck"]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -285,8 +287,14 @@ def cmd_selfcheck(args: argparse.Namespace, console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from shared.cli import UsageError  # imported here: cli imports this module
+
     sites = find_sites()
     if args.module:
+        known = sorted({s.module for s in sites})
+        unknown = [m for m in args.module if m not in known]
+        if unknown:
+            raise UsageError(f"module expected one of {known}, got {unknown}")
         sites = [s for s in sites if s.module in args.module]
     if args.list:
         for s in sites:
@@ -343,7 +351,7 @@ def add_selfcheck(sub) -> None:
         "selfcheck", help="mutation self-check: every gradient-control site must be covered by a failing test"
     )
     p.add_argument("module", nargs="*", help="only these modules (file stems, e.g. frozen_backbone)")
-    p.add_argument("--jobs", type=int, default=2, help="mutants run at a time (default 2)")
+    p.add_argument("--jobs", type=positive_int, default=2, help="mutants run at a time (default 2)")
     p.add_argument("--list", action="store_true", help="list the sites and mutants, run nothing")
-    p.add_argument("--json", metavar="PATH", help="also write the outcomes as JSON")
+    p.add_argument("--json", type=json_path, metavar="PATH", help="also write the outcomes as JSON")
     p.set_defaults(func=cmd_selfcheck)

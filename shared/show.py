@@ -31,6 +31,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shared import registry
+from shared.cliargs import non_negative_int
 from shared.records import Scenario
 
 __all__ = [
@@ -259,7 +260,7 @@ def parity_table(spec: Scenario, results: list) -> Table:
     for col in ("variant", "case", "dtype", "|torch−jax|", "rel", "torch/oracle", "jax/oracle", "rtol", "verdict"):
         table.add_column(col, no_wrap=True, justify="right" if col[0] in "|rtj" else "left")
     for r in results:
-        tj, to, jo = r.torch_jax, r.torch_oracle, r.jax_oracle
+        tj, to, jo = r.shown, r.torch_oracle, (r.divergent_oracle if r.diverges else r.jax_oracle)
         table.add_row(
             r.variant,
             r.case,
@@ -312,5 +313,5 @@ def add_parser(sub) -> None:
     p = sub.add_parser("show", help="torch and JAX code side by side, GRAD-FLOW lines marked, lesson, parity")
     p.add_argument("scenario", metavar="SCENARIO", help=f"one of {registry.names()}")
     p.add_argument("--variant", help="only this variant's pattern and cases")
-    p.add_argument("--seed", type=int, default=0, help="fixture seed (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="fixture seed (default 0)")
     p.set_defaults(func=_cmd)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared import registry
+from shared.cliargs import non_negative_int, out_dir
 from shared.fixtures import FLOAT_DTYPES
 from shared.records import Scenario
 from shared.show import FRAMEWORKS, Block, Row, aligned_rows, fmt_err, parity_rtol, run_cases
@@ -264,7 +265,7 @@ def add_parser(sub) -> None:
     """Register `site` on an argparse subparsers object (shared/cli.py SUBCOMMANDS)."""
     p = sub.add_parser("site", help="write the static HTML reference (fresh run, figures, cheat sheet)")
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"default all; one of {registry.names()}")
-    p.add_argument("--out", default="site", metavar="DIR", help="output folder (default site/)")
-    p.add_argument("--seed", type=int, default=0, help="fixture seed (default 0)")
+    p.add_argument("--out", type=out_dir, default="site", metavar="DIR", help="output folder (default site/)")
+    p.add_argument("--seed", type=non_negative_int, default=0, help="fixture seed (default 0)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd)

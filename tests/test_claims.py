@@ -359,5 +359,7 @@ def test_bench_quick_json(tmp_path) -> None:
 
 
 def test_bench_bad_repeats_exit_2(capsys) -> None:
-    assert cli.main(["bench", "--repeats", "0"]) == 2
-    assert "--repeats expected >= 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # refused by argparse, before any measurement
+        cli.main(["bench", "--repeats", "0"])
+    assert exc.value.code == 2
+    assert "argument --repeats: expected an integer >= 1, got 0" in capsys.readouterr().err

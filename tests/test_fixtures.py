@@ -103,3 +103,52 @@ def test_from_arrays_validates_user_input() -> None:
             "linear_regression",
             {"x": np.zeros((2, 3), np.float32), "y": np.zeros(2), "w": np.zeros(3), "b": np.array(0.0)},
         )
+
+
+RANGED = {
+    "labels": Field(("B",), kind="int", low=0, high="C"),
+    "logits": Field(("B", "C")),
+    "gamma": Field((), low=0.0, high=1.0),
+    "noise": Field(("B",), low=0.0, high=1.0, low_open=True, high_open=True),
+    "done": Field(("B",), choices=(0.0, 1.0)),
+}
+
+
+def ranged() -> dict:
+    return {
+        "labels": np.array([0, 2]),
+        "logits": np.zeros((2, 3)),
+        "gamma": np.array(0.9),
+        "noise": np.array([0.5, 0.25]),
+        "done": np.array([0.0, 1.0]),
+    }
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("labels", np.array([0, 3]), r"field 'labels': expected values in \[0, C=3\), got 3 at index \(1,\)"),
+        ("labels", np.array([-1, 0]), r"field 'labels': expected values in \[0, C=3\), got -1 at index \(0,\)"),
+        ("gamma", np.array(1.5), r"field 'gamma': expected values in \[0, 1\], got 1.5 at index \(\)"),
+        ("noise", np.array([0.0, 0.5]), r"field 'noise': expected values in \(0, 1\), got 0.0 at index \(0,\)"),
+        ("done", np.array([0.5, 1.0]), r"field 'done': expected values in \{0, 1\}, got 0.5 at index \(0,\)"),
+    ],
+)
+def test_value_ranges(field: str, value, message: str) -> None:
+    arrays = ranged()
+    validate("demo", "float64", arrays, RANGED)
+    arrays[field] = value
+    with pytest.raises(ValueError, match=message):
+        validate("demo", "float64", arrays, RANGED)
+
+
+def test_lists_seed_and_non_mapping_refused() -> None:
+    with pytest.raises(ValueError, match=r"field 'x': expected a numpy array, got list"):
+        fixtures.from_arrays("basics", {"x": [1.0, 2.0], "c": np.ones(2), "d": np.ones(2)})
+    with pytest.raises(ValueError, match=r"missing field\(s\) \['c', 'd', 'x'\]"):
+        fixtures.from_arrays("basics", {})
+    with pytest.raises(ValueError, match="arrays expected a mapping"):
+        fixtures.from_arrays("basics", [1, 2])  # type: ignore[arg-type]
+    for seed in (-1, None, 1.5, True):
+        with pytest.raises(ValueError, match="seed expected a non-negative int"):
+            fixtures.make("basics", "float64", seed=seed)  # type: ignore[arg-type]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -80,3 +82,47 @@ def test_fd_jacobian_shape_and_value() -> None:
     x = np.array([0.5, -1.0])
     jac = oracle.fd_jacobian(lambda v: np.array([v[0] * v[1], v[0] ** 2, np.sin(v[1])]), x)
     np.testing.assert_allclose(jac, [[-1.0, 0.5], [1.0, 0.0], [0.0, np.cos(-1.0)]], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "a, message",
+    [
+        ({"a": np.array([1 + 5j])}, r"expected bool, int or float arrays, got a complex128"),
+        ({"a": np.array(["x"])}, r"expected bool, int or float arrays"),
+    ],
+)
+def test_non_numeric_leaves_fail(a, message) -> None:
+    c = compare(a, a, TOL)
+    assert not c.ok and re.search(message, c.problems[0])
+
+
+def test_bad_arguments_raise() -> None:
+    with pytest.raises(ValueError, match=r"Tolerance.rtol: expected a finite number >= 0, got inf"):
+        Tolerance(float("inf"), 0.0)
+    with pytest.raises(ValueError, match=r"Tolerance.atol: expected a finite number >= 0, got -1"):
+        Tolerance(0.0, -1)
+    with pytest.raises(ValueError, match="nonfinite_ok expected a tuple of globs, got the string 'loss'"):
+        compare(A, A, TOL, nonfinite_ok="loss")
+    assert check_pattern({"g": np.zeros(0)}, [("g", "zero")]) == [
+        "outputs['g']: expected a non-empty numeric array, got float64 (0,)"
+    ]
+
+
+def test_naive_variant_must_differ_only_where_declared(monkeypatch) -> None:
+    """A diverging variant passes only if JAX differs on the declared keys and agrees elsewhere."""
+    from jax_impl import p10_adam_weight_decay as jp
+    from shared.runner import run_case
+
+    good = run_case("p10_adam_weight_decay", "naive", "float64", case="handed")
+    assert good.ok and good.verdict == "DIFFERS (expected)"
+    real = jp.run
+    # wrong on an undeclared key too: must fail, not pass as "differs"
+    monkeypatch.setattr(jp, "run", lambda fx, v: {**real(fx, v), "loss": real(fx, v)["loss"] + 1.0})
+    bad = run_case("p10_adam_weight_decay", "naive", "float64", case="handed")
+    assert not bad.ok and any("['loss'" in p or ".loss" in p for p in bad.problems())
+    # right on the declared keys (the naive port accidentally correct): must fail as well
+    from torch_impl import p10_adam_weight_decay as tp
+
+    monkeypatch.setattr(jp, "run", tp.run)
+    same = run_case("p10_adam_weight_decay", "naive", "float64", case="handed")
+    assert not same.ok and any("must differ there" in p for p in same.problems())

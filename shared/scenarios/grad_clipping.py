@@ -136,5 +136,5 @@ SPEC = Scenario(
             "‖g‖ ~ 1 (5e-7), 0.13 % at ‖g‖ = 8e-4. Only the norm's value is needed: its gradient at 0 is NaN in JAX (P02)."
         ),
     ),
-    diverges=("optax_default",),
+    diverges={"optax_default": ("above/*", "at/*")},
 )

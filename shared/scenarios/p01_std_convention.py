@@ -52,5 +52,5 @@ SPEC = Scenario(
         jax="`jnp.std(x, axis, ddof=1)`; torch `correction=0` ↔ jnp default",
         trap="`jnp.std` defaults to `ddof=0`: values shrink by sqrt((N−1)/N), silently",
     ),
-    diverges=("naive",),
+    diverges={"naive": ("std", "grads/x")},
 )

@@ -99,5 +99,5 @@ SPEC = Scenario(
         jax="`momentum=1 − m` and the var update scaled by N/(N−1) (or load torch's running stats)",
         trap="`nnx.BatchNorm(momentum=0.1)` keeps 10 % of the old value, and stores the biased var",
     ),
-    diverges=("naive",),
+    diverges={"naive": ("running_mean", "running_var", "eval_out")},
 )

@@ -111,5 +111,5 @@ SPEC = Scenario(
         jax="`optax.apply_if_finite(adam, n)` plus the scale rule: halve on overflow, double every 2000 good steps",
         trap="a fixed scale without the finite check applies inf / nan gradients: NaN parameters, no error",
     ),
-    diverges=("naive",),
+    diverges={"naive": ("params/*", "step1/*", "step2/*")},
 )

@@ -1,0 +1,58 @@
+"""argparse types shared by the subcommands: bad values exit 2 with a message naming the option."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+__all__ = ["non_negative_int", "positive_int", "json_path", "out_dir"]
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def non_negative_int(text: str) -> int:
+    """An int >= 0 (fixture seeds)."""
+    value = _int(text)
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**63), got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An int >= 1 (repeats, parallel jobs)."""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def json_path(text: str) -> str:
+    """A file path that can be written: its folder exists and it is not a folder itself.
+
+    Checked before any work is done, so a typo never costs a whole run.
+    """
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a file path, got the folder {text!r}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(
+            f"expected a path in an existing folder, got {text!r} ({parent} does not exist)"
+        )
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"expected a writable path, got {text!r}")
+    return text
+
+
+def out_dir(text: str) -> str:
+    """An output folder: created if missing, refused if an existing file is in the way."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a folder, got the existing file {text!r}")
+    return text
