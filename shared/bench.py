@@ -98,6 +98,7 @@ def run_bench(repeats: int = 20, quick: bool = False) -> dict:
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     """Run the bench, print the tables, write JSON on request; 0 (bad arguments exit 2 in argparse)."""
     from shared.cli import _versions
+
     start = time.perf_counter()
     with contextlib.nullcontext() if args.quiet else console.status("benchmarking"):
         payload = run_bench(args.repeats, args.quick)
