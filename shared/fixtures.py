@@ -167,6 +167,7 @@ class Fixture(Mapping[str, np.ndarray]):
         *,
         seed: int | None,
         case: str,
+        checks: tuple = (),
     ) -> None:
         frozen = {}
         for name, arr in arrays.items():
@@ -178,6 +179,10 @@ class Fixture(Mapping[str, np.ndarray]):
             arr.flags.writeable = False
             frozen[name] = arr
         self.dims = MappingProxyType(validate(scenario, dtype, frozen, schema))
+        for check in checks:  # cross-field constraints the schema cannot state
+            problem = check(frozen, self.dims)
+            if problem:
+                raise ValueError(f"fixture {scenario!r}: {problem}")
         self._arrays = MappingProxyType(frozen)
         self.scenario, self.dtype, self.seed, self.case = scenario, dtype, seed, case
 
@@ -241,7 +246,9 @@ def make(scenario: str, dtype: str, seed: int = 0, case: str | None = None) -> F
         raise ValueError(f"fixture {scenario!r}: seed expected a non-negative int, got {seed!r}")
     rng = np.random.Generator(np.random.PCG64(seed))
     raw = spec.build(rng, case)
-    return Fixture(scenario, dtype, _cast(raw, spec.schema, dtype), spec.schema, seed=seed, case=case)
+    return Fixture(
+        scenario, dtype, _cast(raw, spec.schema, dtype), spec.schema, seed=seed, case=case, checks=spec.checks
+    )
 
 
 def from_arrays(scenario: str, arrays: Mapping[str, np.ndarray], *, case: str = "user") -> Fixture:
@@ -272,4 +279,4 @@ def from_arrays(scenario: str, arrays: Mapping[str, np.ndarray], *, case: str = 
             if k in spec.schema and spec.schema[k].kind == "float"
         }
         raise ValueError(f"fixture {scenario!r}: float fields expected one dtype of {FLOAT_DTYPES}, got {by_field}")
-    return Fixture(scenario, float_dtypes.pop(), dict(arrays), spec.schema, seed=None, case=case)
+    return Fixture(scenario, float_dtypes.pop(), dict(arrays), spec.schema, seed=None, case=case, checks=spec.checks)

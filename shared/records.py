@@ -55,6 +55,8 @@ class Scenario:
         everywhere else it must agree; torch must match the oracle on every key.
       nonfinite_ok: globs of output keys allowed to be NaN / inf (equal on both sides).
       dtypes: dtypes the scenario runs in.
+      checks: cross-field fixture constraints the schema cannot state (e.g. "window
+        divides T"): (arrays, dims) -> an error message naming the fields, or None.
     """
 
     name: str
@@ -75,6 +77,7 @@ class Scenario:
     diverges: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     nonfinite_ok: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ("float32", "float64")
+    checks: tuple[Callable[[Mapping[str, np.ndarray], Mapping[str, int]], str | None], ...] = ()
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:

@@ -152,3 +152,14 @@ def test_lists_seed_and_non_mapping_refused() -> None:
     for seed in (-1, None, 1.5, True):
         with pytest.raises(ValueError, match="seed expected a non-negative int"):
             fixtures.make("basics", "float64", seed=seed)  # type: ignore[arg-type]
+
+
+def test_cross_field_checks_run_on_construction() -> None:
+    from shared.fixtures import Fixture
+
+    def window_divides(arrays, dims):
+        return None if dims["B"] % 2 == 0 else f"field 'x': B={dims['B']} expected even"
+
+    arrays = {"x": np.zeros((3, 2)), "y": np.zeros(3), "k": np.array(1)}
+    with pytest.raises(ValueError, match=r"fixture 'demo': field 'x': B=3 expected even"):
+        Fixture("demo", "float64", arrays, SCHEMA, seed=None, case="user", checks=(window_divides,))
