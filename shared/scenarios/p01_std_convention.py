@@ -31,6 +31,21 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
 
 _PATTERN = (("std", "nonzero"), ("grads/x", "nonzero"))
 
+
+def _check_samples(arrays, dims) -> str | None:
+    """N >= 2 and no constant row: the unbiased std divides by N − 1 and its gradient by std."""
+    if dims["N"] < 2:
+        return f"x: expected N >= 2 samples per row (the unbiased std divides by N − 1), got N = {dims['N']}"
+    x = np.asarray(arrays["x"], dtype=np.float64)
+    flat_rows = np.flatnonzero(np.ptp(x, axis=-1) == 0)
+    if flat_rows.size:
+        r = int(flat_rows[0])
+        return (
+            f"x: expected every row to vary (the std gradient divides by std), got a constant row {r}: {x[r].tolist()}"
+        )
+    return None
+
+
 SPEC = Scenario(
     name="p01_std_convention",
     title="std convention: torch divides by N−1, jnp.std by N",
@@ -53,4 +68,5 @@ SPEC = Scenario(
         trap="`jnp.std` defaults to `ddof=0`: values shrink by sqrt((N−1)/N), silently",
     ),
     diverges={"naive": ("std", "grads/x")},
+    checks=(_check_samples,),
 )

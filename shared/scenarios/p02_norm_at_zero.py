@@ -16,7 +16,7 @@ from shared.records import Porting, Scenario
 SCHEMA = {
     "x": Field(("N",), doc="the point where the norm is differentiated: the zero vector"),
     "t": Field(("N",), doc="target of the data term 0.5·‖x − t‖²"),
-    "lam": Field((), doc="weight λ of the norm penalty"),
+    "lam": Field((), low=0.0, doc="weight λ of the norm penalty, >= 0"),
 }
 
 

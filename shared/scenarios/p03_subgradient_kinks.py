@@ -41,6 +41,13 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
 
 _PATTERN = (("l1", "nonzero"), ("clamped", "nonzero"), ("grads/l1", "nonzero"), ("grads/clamp", "nonzero"))
 
+
+def _check_bounds(arrays, dims) -> str | None:
+    """The clamp interval must not be empty."""
+    lo, hi = float(arrays["lo"]), float(arrays["hi"])
+    return None if lo <= hi else f"lo, hi: expected lo <= hi, got lo = {lo:g} > hi = {hi:g}"
+
+
 SPEC = Scenario(
     name="p03_subgradient_kinks",
     title="subgradients at kinks: abs'(0) and clamp at a bound differ between torch and JAX",
@@ -63,4 +70,5 @@ SPEC = Scenario(
         trap="`jnp.abs`'(0) = 1 and `jnp.clip`' = 0.5 on a bound: L1 gradient [1, 1, −1, 1], not [0, 1, −1, 0]",
     ),
     diverges={"naive": ("grads/*",)},
+    checks=(_check_bounds,),
 )

@@ -24,8 +24,8 @@ SCHEMA = {
     "params/scale": Field(("F",), doc="BatchNorm scale (torch: weight)"),
     "params/bias": Field(("F",), doc="BatchNorm bias"),
     "running_mean": Field(("F",), doc="running mean before the batch"),
-    "running_var": Field(("F",), doc="running variance before the batch"),
-    "momentum": Field((), doc="torch convention: weight of the batch statistic"),
+    "running_var": Field(("F",), low=0.0, doc="running variance before the batch, >= 0"),
+    "momentum": Field((), low=0.0, high=1.0, doc="torch convention: weight of the batch statistic, in [0, 1]"),
 }
 
 
@@ -77,6 +77,13 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
 
 _PATTERN = tuple((k, "nonzero") for k in ("train_out", "grads/x", "running_mean", "running_var", "eval_out"))
 
+
+def _check_batch(arrays, dims) -> str | None:
+    """Training-mode BatchNorm needs two samples (torch refuses B = 1; the unbiased variance divides by B − 1)."""
+    b = dims["B"]
+    return None if b >= 2 else f"x: expected a batch of B >= 2 (unbiased running variance), got B = {b}"
+
+
 SPEC = Scenario(
     name="p06_batchnorm_stats",
     title="BatchNorm running statistics: momentum 0.1 in torch is momentum 0.9 in nnx, plus N/(N−1)",
@@ -100,4 +107,5 @@ SPEC = Scenario(
         trap="`nnx.BatchNorm(momentum=0.1)` keeps 10 % of the old value, and stores the biased var",
     ),
     diverges={"naive": ("running_mean", "running_var", "eval_out")},
+    checks=(_check_batch,),
 )

@@ -79,6 +79,14 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     return {"h": h, "c": c, **{f"grads/{k}": g for k, g in grads.items()}}
 
 
+def _check_gates(arrays, dims) -> str | None:
+    """An LSTM cell stacks four gates: G = 4H columns."""
+    g, h = dims["G"], dims["H"]
+    return (
+        None if g == 4 * h else f"params/cell/hh/kernel: expected G = 4H = {4 * h} gate columns (i|f|g|o), got G = {g}"
+    )
+
+
 SPEC = Scenario(
     name="p09_lstm_layout",
     title="LSTM parameter layout (two biases, gate blocks, carry order)",
@@ -104,4 +112,5 @@ SPEC = Scenario(
         trap="loading `b_ih` alone and passing the carry as `(h, c)` runs without error and is wrong",
     ),
     diverges={"naive": ("h", "c", "grads/*")},
+    checks=(_check_gates,),
 )

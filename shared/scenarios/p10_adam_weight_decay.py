@@ -21,12 +21,12 @@ SCHEMA = {
     "x": Field(("B", "D"), doc="inputs"),
     "y": Field(("B",), doc="regression targets"),
     "w": Field(("D",), doc="initial weights"),
-    "lr": Field((), doc="Adam learning rate"),
-    "weight_decay": Field((), doc="wd: torch Adam(weight_decay=wd)"),
-    "b1": Field(()),
-    "b2": Field(()),
-    "eps": Field(()),
-    "steps": Field((), kind="int", doc="optimizer steps"),
+    "lr": Field((), low=0.0, low_open=True, doc="Adam learning rate, > 0"),
+    "weight_decay": Field((), low=0.0, doc="wd: torch Adam(weight_decay=wd), >= 0"),
+    "b1": Field((), low=0.0, high=1.0, high_open=True, doc="Adam beta1, in [0, 1)"),
+    "b2": Field((), low=0.0, high=1.0, high_open=True, doc="Adam beta2, in [0, 1)"),
+    "eps": Field((), low=0.0, low_open=True, doc="Adam epsilon, > 0"),
+    "steps": Field((), kind="int", low=1, doc="optimizer steps, >= 1"),
 }
 
 

@@ -20,8 +20,8 @@ from shared.records import Porting, Scenario
 SCHEMA = {
     "x": Field(("N",), doc="parameter the loss uses"),
     "y": Field(("N",), doc="parameter the loss never uses"),
-    "lr": Field((), doc="SGD learning rate"),
-    "weight_decay": Field((), doc="SGD weight decay (coupled L2)"),
+    "lr": Field((), low=0.0, low_open=True, doc="SGD learning rate, > 0"),
+    "weight_decay": Field((), low=0.0, doc="SGD weight decay (coupled L2), >= 0"),
 }
 
 

@@ -23,14 +23,16 @@ SCHEMA = {
     "x": Field(("B", "D"), doc="inputs"),
     "y": Field(("B",), doc="targets"),
     "w": Field(("D",), doc="initial master weights"),
-    "lr": Field((), doc="Adam learning rate"),
-    "b1": Field(()),
-    "b2": Field(()),
-    "eps": Field(()),
-    "init_scale": Field((), doc="initial loss scale (GradScaler default 2**16)"),
-    "growth_factor": Field(()),
-    "backoff_factor": Field(()),
-    "growth_interval": Field((), kind="int", doc="finite steps before the scale grows"),
+    "lr": Field((), low=0.0, low_open=True, doc="Adam learning rate, > 0"),
+    "b1": Field((), low=0.0, high=1.0, high_open=True, doc="Adam beta1, in [0, 1)"),
+    "b2": Field((), low=0.0, high=1.0, high_open=True, doc="Adam beta2, in [0, 1)"),
+    "eps": Field((), low=0.0, low_open=True, doc="Adam epsilon, > 0"),
+    "init_scale": Field((), low=0.0, low_open=True, doc="initial loss scale (GradScaler default 2**16), > 0"),
+    "growth_factor": Field((), low=1.0, low_open=True, doc="scale multiplier after growth_interval finite steps, > 1"),
+    "backoff_factor": Field(
+        (), low=0.0, high=1.0, low_open=True, high_open=True, doc="scale multiplier after a non-finite step, in (0, 1)"
+    ),
+    "growth_interval": Field((), kind="int", low=1, doc="finite steps before the scale grows, >= 1"),
 }
 
 

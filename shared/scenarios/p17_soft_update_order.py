@@ -20,7 +20,7 @@ LEAVES = {"kernel": ("I", "O"), "bias": ("O",)}
 SCHEMA = {
     **{f"online/{k}": Field(s, doc="online network parameter, canonical layout") for k, s in LEAVES.items()},
     **{f"target/{k}": Field(s, doc="target network parameter before the update") for k, s in LEAVES.items()},
-    "tau": Field((), doc="Polyak step size: weight on the online network, in (0, 1)"),
+    "tau": Field((), low=0.0, high=1.0, doc="Polyak step size: weight on the online network, in [0, 1]"),
 }
 
 
