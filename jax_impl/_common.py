@@ -13,7 +13,7 @@ from flax import nnx
 from shared.contracts import check_call, finish
 from shared.fixtures import Fixture
 
-__all__ = ["scenario_run", "array", "numpy", "flat", "load_params", "params_of", "fill_zero_grads"]
+__all__ = ["scenario_run", "check_variant", "array", "numpy", "flat", "load_params", "params_of", "fill_zero_grads"]
 
 
 def scenario_run(scenario: str) -> Callable:
@@ -35,6 +35,17 @@ def scenario_run(scenario: str) -> Callable:
         return checked
 
     return wrap
+
+
+def check_variant(scenario: str, variant: str) -> str:
+    """Return `variant` if `scenario` registers it, else raise ValueError listing the valid names.
+
+    Public helpers that branch on `variant` call this first, so a typo'd name fails
+    instead of falling into an else branch (run() checks it through scenario_run).
+    """
+    from shared.registry import get  # late: the registry imports the scenario records
+
+    return get(scenario).check_variant(variant)
 
 
 def array(fx: Fixture, key: str) -> jax.Array:

@@ -11,7 +11,7 @@ import torch
 from shared.contracts import check_call, finish
 from shared.fixtures import Fixture
 
-__all__ = ["scenario_run", "tensor", "numpy", "grads_or_zeros"]
+__all__ = ["scenario_run", "check_variant", "tensor", "numpy", "grads_or_zeros"]
 
 
 def scenario_run(scenario: str) -> Callable:
@@ -30,6 +30,17 @@ def scenario_run(scenario: str) -> Callable:
         return checked
 
     return wrap
+
+
+def check_variant(scenario: str, variant: str) -> str:
+    """Return `variant` if `scenario` registers it, else raise ValueError listing the valid names.
+
+    Public helpers that branch on `variant` call this first, so a typo'd name fails
+    instead of falling into an else branch (run() checks it through scenario_run).
+    """
+    from shared.registry import get  # late: the registry imports the scenario records
+
+    return get(scenario).check_variant(variant)
 
 
 def tensor(fx: Fixture, key: str, requires_grad: bool = False) -> torch.Tensor:
