@@ -30,12 +30,19 @@ PARAMS = {
 
 SCHEMA = {
     "obs": Field(("B", "D"), doc="observations s"),
-    "actions": Field(("B",), kind="int", doc="actions taken, in [0, A)"),
+    "actions": Field(("B",), kind="int", low=0, high="A", doc="actions taken, in [0, A)"),
     "returns": Field(("B",), doc="discounted returns R"),
-    "noise": Field(("B", "A"), doc="uniform noise u in (0, 1) for Gumbel-max action selection"),
+    "noise": Field(
+        ("B", "A"),
+        low=0.0,
+        high=1.0,
+        low_open=True,
+        high_open=True,
+        doc="uniform noise u in (0, 1) for Gumbel-max action selection",
+    ),
     **{f"params/{k}": Field(shape, doc="parameter, canonical layout") for k, shape in PARAMS.items()},
-    "vf_coef": Field((), doc="weight of the value loss"),
-    "ent_coef": Field((), doc="weight of the entropy bonus"),
+    "vf_coef": Field((), low=0.0, doc="weight of the value loss"),
+    "ent_coef": Field((), low=0.0, doc="weight of the entropy bonus"),
 }
 
 

@@ -31,14 +31,14 @@ TIE_ROW, DONE_ROW, TIE_ACTIONS = 1, 3, (1, 2)
 
 SCHEMA = {
     "obs": Field(("B", "D"), doc="observations s"),
-    "actions": Field(("B",), kind="int", doc="actions taken, in [0, A)"),
+    "actions": Field(("B",), kind="int", low=0, high="A", doc="actions taken, in [0, A)"),
     "rewards": Field(("B",), doc="rewards r"),
     "next_obs": Field(("B", "D"), doc="next observations s′ (row TIE_ROW is 0: a tie in max_a Q)"),
-    "dones": Field(("B",), doc="1.0 if s′ is terminal, else 0.0"),
+    "dones": Field(("B",), choices=(0.0, 1.0), doc="1.0 if s′ is terminal, else 0.0"),
     **{f"params/{k}": Field(shape, doc="Q-network parameter, canonical layout") for k, shape in PARAMS.items()},
-    "gamma": Field((), doc="discount γ"),
-    "lr": Field((), doc="SGD learning rate"),
-    "tau": Field((), doc="soft target update weight on the online network"),
+    "gamma": Field((), low=0.0, high=1.0, doc="discount γ"),
+    "lr": Field((), low=0.0, low_open=True, doc="SGD learning rate"),
+    "tau": Field((), low=0.0, high=1.0, doc="soft target update weight on the online network"),
 }
 
 

@@ -26,14 +26,14 @@ PARAMS = {
 
 SCHEMA = {
     "x": Field(("B", "D"), doc="inputs"),
-    "labels": Field(("B",), kind="int", doc="class index in [0, C)"),
+    "labels": Field(("B",), kind="int", low=0, high="C", doc="class index in [0, C)"),
     **{f"params/{k}": Field(shape, doc="initial parameter, canonical layout") for k, shape in PARAMS.items()},
-    "lr": Field((), doc="AdamW learning rate"),
-    "weight_decay": Field((), doc="decoupled weight decay"),
-    "b1": Field(()),
-    "b2": Field(()),
-    "eps": Field(()),
-    "steps": Field((), kind="int", doc="optimizer steps"),
+    "lr": Field((), low=0.0, low_open=True, doc="AdamW learning rate"),
+    "weight_decay": Field((), low=0.0, doc="decoupled weight decay"),
+    "b1": Field((), low=0.0, high=1.0, high_open=True),
+    "b2": Field((), low=0.0, high=1.0, high_open=True),
+    "eps": Field((), low=0.0, low_open=True),
+    "steps": Field((), kind="int", low=1, doc="optimizer steps"),
 }
 
 STOPPED = ("detach_features", "naive_stop_gradient")  # features are a constant for the loss

@@ -37,10 +37,10 @@ SCHEMA = {
     "real": Field(("B", "X"), doc="a batch of real data"),
     "z": Field(("B", "Z"), doc="generator noise"),
     **{f"params/{k}": Field(shape, doc="initial parameter, canonical layout") for k, shape in PARAMS.items()},
-    "lr": Field((), doc="Adam learning rate (both networks)"),
-    "b1": Field((), doc="Adam β1 (0.5, Radford et al. 2015)"),
-    "b2": Field((), doc="Adam β2"),
-    "eps": Field((), doc="Adam ε (1e-8: the torch.optim.Adam and optax.adam default)"),
+    "lr": Field((), low=0.0, low_open=True, doc="Adam learning rate (both networks)"),
+    "b1": Field((), low=0.0, high=1.0, high_open=True, doc="Adam β1 (0.5, Radford et al. 2015)"),
+    "b2": Field((), low=0.0, high=1.0, high_open=True, doc="Adam β2"),
+    "eps": Field((), low=0.0, low_open=True, doc="Adam ε (1e-8: the torch.optim.Adam and optax.adam default)"),
 }
 
 

@@ -30,12 +30,16 @@ SCHEMA = {
     "x": Field(("T", "B", "I"), doc="input sequence, S windows of K steps"),
     "targets": Field(("T", "B", "O"), doc="regression targets, near the initial predictions"),
     "h0": Field(("B", "H"), doc="initial hidden state"),
-    "mask": Field(("R", "T", "B"), doc="loss mask per regime (1 = real step, 0 = padding)"),
-    "max_norm": Field(("R",), doc="clipping threshold per regime, in REGIMES order"),
+    "mask": Field(
+        (len(REGIMES), "T", "B"), choices=(0.0, 1.0), doc="loss mask per regime (1 = real step, 0 = padding)"
+    ),
+    "max_norm": Field((len(REGIMES),), low=0.0, low_open=True, doc="clipping threshold per regime, in REGIMES order"),
     **{f"params/{k}": Field(shape, doc="initial parameter, canonical layout") for k, shape in PARAMS.items()},
-    "lr": Field((), doc="SGD learning rate"),
-    "loss_weight": Field((), doc="weight of the loss (an auxiliary loss): gradient norms ~1e-3"),
-    "window": Field((), kind="int", doc="K, steps per window (one optimizer step each)"),
+    "lr": Field((), low=0.0, low_open=True, doc="SGD learning rate"),
+    "loss_weight": Field(
+        (), low=0.0, low_open=True, doc="weight of the loss (an auxiliary loss): gradient norms ~1e-3"
+    ),
+    "window": Field((), kind="int", low=1, doc="K, steps per window (one optimizer step each)"),
 }
 
 
@@ -107,6 +111,13 @@ _COMMON = (
     ("zero/moved/*", "zero"),  # all-zero gradients: parameters bit-identical, no NaN
 )
 
+
+def _window_divides_T(arrays, dims) -> str | None:
+    """Every window has K steps: `window` must divide T (a short last window would pass silently)."""
+    k, t = int(arrays["window"]), dims["T"]
+    return None if t % k == 0 else f"field 'window': expected a divisor of T={t}, got {k}"
+
+
 SPEC = Scenario(
     name="grad_clipping",
     title="Global-norm clipping in a truncated-BPTT loop: clip_grad_norm_ vs optax.clip_by_global_norm",
@@ -120,6 +131,7 @@ SPEC = Scenario(
     ),
     variants=("torch_formula", "optax_default"),
     schema=SCHEMA,
+    checks=(_window_divides_T,),
     build=build,
     oracle=oracle,
     pattern={"torch_formula": _COMMON, "optax_default": _COMMON},

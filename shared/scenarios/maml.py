@@ -37,8 +37,8 @@ SCHEMA = {
     "query_x": Field(("T", "Q", "D"), doc="query inputs"),
     "query_y": Field(("T", "Q", "O"), doc="query targets"),
     **{f"params/{k}": Field(shape, doc="initial (meta) parameter θ, canonical layout") for k, shape in PARAMS.items()},
-    "alpha": Field((), doc="inner-loop SGD step size α"),
-    "inner_steps": Field((), kind="int", doc="inner-loop SGD steps n"),
+    "alpha": Field((), low=0.0, low_open=True, doc="inner-loop SGD step size α"),
+    "inner_steps": Field((), kind="int", low=1, doc="inner-loop SGD steps n"),
 }
 
 CASES = {"n1": 1, "n3": 3}

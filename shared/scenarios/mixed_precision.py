@@ -36,17 +36,19 @@ SCHEMA = {
     "x": Field(("B", "D"), doc="inputs"),
     "y": Field(("B", "O"), doc="regression targets"),
     **{f"params/{k}": Field(shape, doc="master weights, canonical layout") for k, shape in PARAMS.items()},
-    "lr": Field((), doc="Adam learning rate"),
-    "b1": Field(()),
-    "b2": Field(()),
-    "eps": Field(()),
-    "init_scale": Field((), doc="dynamic loss scale at step 1 (GradScaler init_scale)"),
-    "growth_factor": Field((), doc="scale multiplier after growth_interval finite steps"),
-    "backoff_factor": Field((), doc="scale multiplier after a non-finite step"),
-    "growth_interval": Field((), kind="int", doc="finite steps in a row before the scale grows"),
-    "static_scale": Field((), doc="the fixed scale of variant 'static'"),
-    "steps": Field((), kind="int", doc="optimizer steps"),
-    "overflow_at": Field((), kind="int", doc="1-based step whose loss is multiplied by inf (0: none)"),
+    "lr": Field((), low=0.0, low_open=True, doc="Adam learning rate"),
+    "b1": Field((), low=0.0, high=1.0, high_open=True),
+    "b2": Field((), low=0.0, high=1.0, high_open=True),
+    "eps": Field((), low=0.0, low_open=True),
+    "init_scale": Field((), low=0.0, low_open=True, doc="dynamic loss scale at step 1 (GradScaler init_scale)"),
+    "growth_factor": Field((), low=1.0, low_open=True, doc="scale multiplier after growth_interval finite steps"),
+    "backoff_factor": Field(
+        (), low=0.0, high=1.0, low_open=True, high_open=True, doc="scale multiplier after a non-finite step"
+    ),
+    "growth_interval": Field((), kind="int", low=1, doc="finite steps in a row before the scale grows"),
+    "static_scale": Field((), low=0.0, low_open=True, doc="the fixed scale of variant 'static'"),
+    "steps": Field((), kind="int", low=1, doc="optimizer steps"),
+    "overflow_at": Field((), kind="int", low=0, doc="1-based step whose loss is multiplied by inf (0: none)"),
 }
 
 
@@ -125,6 +127,13 @@ _PATTERN = (
     ("optimizer_steps", "nonzero"),
 )
 
+
+def _overflow_step_exists(arrays, dims) -> str | None:
+    """`overflow_at` is 0 (no overflow) or the 1-based index of a step that runs."""
+    at, steps = int(arrays["overflow_at"]), int(arrays["steps"])
+    return None if at <= steps else f"field 'overflow_at': expected a value in [0, steps={steps}], got {at}"
+
+
 SPEC = Scenario(
     name="mixed_precision",
     title="bfloat16 autocast with float32 master weights and loss scaling: the overflow step is skipped",
@@ -139,6 +148,7 @@ SPEC = Scenario(
     ),
     variants=("dynamic", "static", "naive_no_skip"),
     schema=SCHEMA,
+    checks=(_overflow_step_exists,),
     build=build,
     oracle=oracle,
     pattern={

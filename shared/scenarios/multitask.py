@@ -29,7 +29,7 @@ PARAMS = {
 SCHEMA = {
     "x": Field(("B", "D"), doc="inputs"),
     "y1": Field(("B",), doc="regression targets of task 1"),
-    "labels": Field(("B",), kind="int", doc="class index in [0, C) of task 2"),
+    "labels": Field(("B",), kind="int", low=0, high="C", doc="class index in [0, C) of task 2"),
     **{f"params/{k}": Field(shape, doc="parameter, canonical layout") for k, shape in PARAMS.items()},
 }
 

@@ -18,7 +18,7 @@ PARAMS = {"l1/kernel": ("D", "H"), "l1/bias": ("H",), "l2/kernel": ("H", "C"), "
 
 SCHEMA = {
     "x": Field(("B", "D"), doc="validation inputs"),
-    "labels": Field(("B",), kind="int", doc="class index in [0, C)"),
+    "labels": Field(("B",), kind="int", low=0, high="C", doc="class index in [0, C)"),
     **{f"params/{k}": Field(shape, doc="trained parameter, canonical layout") for k, shape in PARAMS.items()},
 }
 

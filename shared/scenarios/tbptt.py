@@ -155,6 +155,12 @@ def _pattern(zero_steps: tuple[str, ...], window_steps: tuple[str, ...]) -> tupl
     return tuple(rules)
 
 
+def _t_covers_k10(arrays, dims) -> str | None:
+    """Variant `k=10` needs T >= 10 steps, else it silently runs full BPTT (the same as `k=T`)."""
+    t = dims["T"]
+    return None if t >= 10 else f"field 'x': expected T >= 10 steps (variant 'k=10' needs a full window), got T={t}"
+
+
 SPEC = Scenario(
     name="tbptt",
     title="Truncated BPTT: stop the hidden state every k steps (Elman tanh and GRU)",
@@ -167,6 +173,7 @@ SPEC = Scenario(
     ),
     variants=("k=1", "k=10", "k=T"),
     schema=SCHEMA,
+    checks=(_t_covers_k10,),
     build=build,
     oracle=oracle,
     pattern={
