@@ -76,6 +76,13 @@ class Comparison:
     ok: bool
     leaves: list[LeafDiff] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    nonfinite: list[str] = field(default_factory=list)  # keys with NaN / inf on either side
+
+    @property
+    def used(self) -> float:
+        """Largest |a - b| / bound over the leaves: the share of the tolerance used (<= 1 passes)."""
+        ratios = [leaf.max_abs / leaf.bound for leaf in self.leaves if leaf.bound > 0]
+        return max(ratios, default=0.0)
 
     @property
     def max_abs(self) -> float:
@@ -95,6 +102,7 @@ class Comparison:
             "ok": self.ok,
             "max_abs": _json_float(self.max_abs),
             "max_rel": _json_float(self.max_rel),
+            "nonfinite": list(self.nonfinite),
             "problems": list(self.problems),
         }
 
@@ -176,6 +184,7 @@ def compare(
         x64, y64 = x.astype(np.float64), y.astype(np.float64)
         fin_x, fin_y = np.isfinite(x64), np.isfinite(y64)
         if not (fin_x.all() and fin_y.all()):
+            result.nonfinite.append(key)
             declared = any(fnmatch.fnmatchcase(key, p) for p in allowed)
             if not declared:
                 fail(f"{leaf}: non-finite values ({na}: {int((~fin_x).sum())}, {nb}: {int((~fin_y).sum())})")

@@ -1,8 +1,8 @@
 """The scenario registry: every scenario listed once, in teaching order.
 
 A `Scenario` record (shared/records.py) holds what is framework-neutral about a
-scenario: its title, the tutorial claims it comes from (ids of the claims
-checked in the `claims` family), its variants and fixture cases, the fixture
+scenario: its title, the tutorial claims it comes from (ids of the records in
+shared/claims.py, checked by `detach-parity claims`), its variants and fixture cases, the fixture
 schema and builder, the float64 oracle, the tolerances per dtype, the expected
 zero / non-zero pattern of its outputs per variant (the lesson, asserted on both
 frameworks so that parity can never pass with both sides equally wrong), and

@@ -247,6 +247,12 @@ def iter_cases(
     selected = [get(n) for n in (scenarios or names(family))]
     if family is not None:
         selected = [s for s in selected if s.family == family]
+    if variant is not None and scenarios:  # named explicitly: each must have the variant, none is dropped
+        for spec in selected:
+            if variant not in spec.variants:
+                raise ValueError(
+                    f"scenario {spec.name!r} has no variant {variant!r}; its variants: {list(spec.variants)}"
+                )
     if variant is not None and not any(variant in s.variants for s in selected):
         valid = sorted({v for s in selected for v in s.variants})
         raise ValueError(f"variant expected one of {valid}, got {variant!r}")
