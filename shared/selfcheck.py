@@ -6,8 +6,8 @@
 `requires_grad=False`, `jax.lax.stop_gradient(x)`, parameter filters that freeze
 (`nnx.Optimizer(..., wrt=F)`, `nnx.DiffState(i, F)`), `optax.set_to_zero()` —
 plus a few arithmetic sites a lesson depends on (`1 - done`, `ddof=`,
-`correction=`, `create_graph=True`), and makes one mutant per site that removes
-it. Each mutant is written into a temporary copy of the repository and the tests
+`correction=`, `create_graph=`: first and second order swapped), and makes one
+mutant per site that removes it. Each mutant is written into a temporary copy of the repository and the tests
 that cover its module are run there (`tests/test_parity.py -k <module>` and the
 test files that name it). A mutant is *killed* when those tests fail; a
 surviving mutant is a missing assertion.
@@ -130,6 +130,9 @@ class _Finder(ast.NodeVisitor):
                 self._add(kw.value, f"{kw.arg}={kw.value.value}", str(1 - kw.value.value), "arith")
             elif kw.arg == "create_graph" and isinstance(kw.value, ast.Constant) and kw.value.value is True:
                 self._add(kw.value, "create_graph=True", "False", "arith")
+            elif kw.arg == "create_graph" and not isinstance(kw.value, ast.Constant):
+                # swap first- and second-order: the switch itself is inverted
+                self._add(kw.value, "create_graph=<switch>", f"not ({self._text(kw.value)})", "arith")
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:

@@ -33,6 +33,7 @@ SOURCE = textwrap.dedent(
         y = r + 0.9 * (1 - done) * q
         s = jax.numpy.std(x, ddof=1)
         g = torch.autograd.grad(a, [x], create_graph=True)
+        h = torch.autograd.grad(a, [x], create_graph=order == 2)
     '''
 )
 
@@ -57,6 +58,7 @@ def test_find_sites_each_construct(tmp_path) -> None:
         "(1 - done)",
         "ddof=1",
         "create_graph=True",
+        "create_graph=<switch>",
     ]
     src = SOURCE.encode()
     for s in sites:
@@ -66,6 +68,7 @@ def test_find_sites_each_construct(tmp_path) -> None:
     by = {s.construct: s for s in sites}
     assert by["jax.lax.stop_gradient(x)"].replacement == "(y * 2)"
     assert by["(1 - done)"].replacement == "1" and by["(1 - done)"].kind == "arith"
+    assert by["create_graph=<switch>"].replacement == "not (order == 2)"
 
 
 def test_covering_tests_for_a_scenario() -> None:
