@@ -17,13 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, scenario_run
+from jax_impl._common import array, check_variant, scenario_run
 
 __all__ = ["row_std", "run"]
 
 
 def row_std(x: jax.Array, variant: str) -> jax.Array:
     """Std over the last axis: [R, N] -> [R]; unbiased (ddof=1) in "ported", ddof=0 in "naive"."""
+    check_variant("p01_std_convention", variant)
     if variant == "naive":
         return jnp.std(x, axis=-1)  # the straightforward port: population std
     return jnp.std(x, axis=-1, ddof=1)

@@ -18,13 +18,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, scenario_run
+from jax_impl._common import array, check_variant, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
 
 
 def norm(x: jax.Array, variant: str) -> jax.Array:
     """‖x‖₂ of x [N] -> []; gradient 0 at the zero vector in "ported", NaN in "naive"."""
+    check_variant("p02_norm_at_zero", variant)
     if variant == "naive":
         return jnp.linalg.norm(x)
     return optax.safe_norm(x, 0.0)  # GRAD-FLOW: d‖x‖/dx pinned to 0 at the zero vector
@@ -32,6 +34,7 @@ def norm(x: jax.Array, variant: str) -> jax.Array:
 
 def sq_norm(x: jax.Array, variant: str) -> jax.Array:
     """‖x‖₂² of x [N] -> []; gradient 2x ("naive": norm(x)**2, NaN at 0)."""
+    check_variant("p02_norm_at_zero", variant)
     if variant == "naive":
         return jnp.linalg.norm(x) ** 2
     return jnp.sum(x**2)  # GRAD-FLOW: d‖x‖²/dx = 2x, finite at the zero vector
@@ -39,6 +42,8 @@ def sq_norm(x: jax.Array, variant: str) -> jax.Array:
 
 def penalized(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> jax.Array:
     """0.5·‖x − t‖² + λ‖x‖: a data term plus a norm penalty (group-lasso style), x, t [N] -> []."""
+    check_variant("p02_norm_at_zero", variant)
+    check_same_shape("penalized", x=x.shape, t=t.shape)
     return 0.5 * jnp.sum((x - t) ** 2) + lam * norm(x, variant)
 
 

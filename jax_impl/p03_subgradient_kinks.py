@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, scenario_run
+from jax_impl._common import array, check_variant, scenario_run
 
 __all__ = ["l1", "clamp", "run"]
 
@@ -37,6 +37,7 @@ def _abs_sign_at_zero_jvp(primals, tangents):
 
 def l1(x: jax.Array, variant: str) -> jax.Array:
     """sum |x| of x [N] -> []; gradient sign(x) ("naive": jnp.abs, 1 at 0)."""
+    check_variant("p03_subgradient_kinks", variant)
     if variant == "naive":
         return jnp.abs(x).sum()
     return _abs_sign_at_zero(x).sum()  # GRAD-FLOW: abs'(0) = 0, torch's subgradient
@@ -44,6 +45,7 @@ def l1(x: jax.Array, variant: str) -> jax.Array:
 
 def clamp(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) -> jax.Array:
     """x [N] clamped to [lo, hi]; gradient 1 for lo <= x <= hi ("naive": jnp.clip, 0.5 on a bound)."""
+    check_variant("p03_subgradient_kinks", variant)
     if variant == "naive":
         return jnp.clip(x, lo, hi)
     inside = (x >= lo) & (x <= hi)

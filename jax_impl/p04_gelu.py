@@ -15,13 +15,14 @@ import functools
 import jax
 import numpy as np
 
-from jax_impl._common import array, scenario_run
+from jax_impl._common import array, check_variant, scenario_run
 
 __all__ = ["gelu", "run"]
 
 
 def gelu(x: jax.Array, variant: str) -> jax.Array:
     """x·Φ(x) elementwise, [N] -> [N]; "naive" is jax.nn.gelu's default tanh approximation."""
+    check_variant("p04_gelu", variant)
     if variant == "naive":
         return jax.nn.gelu(x)
     return jax.nn.gelu(x, approximate=False)

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, flat, load_params, scenario_run
+from jax_impl._common import array, check_variant, flat, load_params, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["make_layer_norm", "run"]
 
@@ -27,6 +28,7 @@ TORCH_EPS = 1e-5
 
 def make_layer_norm(fx, variant: str) -> nnx.LayerNorm:
     """nnx.LayerNorm(D) with torch's epsilon ("ported") or the nnx default 1e-6 ("naive"), fixture params."""
+    check_variant("p05_layernorm_eps", variant)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     kwargs = {} if variant == "naive" else {"epsilon": TORCH_EPS, "use_fast_variance": False}
     ln = nnx.LayerNorm(fx.dims["D"], param_dtype=jnp.dtype(fx.dtype), rngs=nnx.Rngs(0), **kwargs)
@@ -35,6 +37,7 @@ def make_layer_norm(fx, variant: str) -> nnx.LayerNorm:
 
 def _loss(ln: nnx.LayerNorm, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
     y = ln(x)
+    check_same_shape("weighted_sum", c=c.shape, y=y.shape)
     return jnp.sum(c * y), y
 
 

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, load_params, scenario_run
+from jax_impl._common import array, check_variant, load_params, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["make_batch_norm", "run"]
 
@@ -50,6 +51,7 @@ class _TorchBatchNorm(nnx.Module):
 
 def make_batch_norm(fx, variant: str) -> nnx.Module:
     """Torch-rule BatchNorm ("ported") or nnx.BatchNorm(momentum=m) ("naive"), with the fixture's state."""
+    check_variant("p06_batchnorm_stats", variant)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     f, m, dtype = fx.dims["F"], fx.scalar("momentum"), jnp.dtype(fx.dtype)
     if variant == "naive":
@@ -64,6 +66,7 @@ def make_batch_norm(fx, variant: str) -> nnx.Module:
 
 def _loss(bn: nnx.Module, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
     out = bn(x, use_running_average=False)
+    check_same_shape("weighted_sum", c=c.shape, out=out.shape)
     return jnp.sum(c * out), out
 
 

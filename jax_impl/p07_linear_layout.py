@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, flat, load_params, scenario_run
+from jax_impl._common import array, check_variant, flat, load_params, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["load_linear", "mse", "run"]
@@ -23,6 +23,7 @@ __all__ = ["load_linear", "mse", "run"]
 
 def load_linear(fx, variant: str) -> nnx.Linear:
     """nnx.Linear(I, O) from the fixture's torch state dict: kernel = weight.T ("naive": weight as is)."""
+    check_variant("p07_linear_layout", variant)
     weight = np.asarray(fx["state_dict/weight"])  # [O, I]
     o, i = weight.shape
     kernel = weight if variant == "naive" else weight.T  # [I, O]

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, load_params, scenario_run
+from jax_impl._common import array, check_variant, load_params, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["make_cell", "unroll", "run"]
 
@@ -47,6 +48,7 @@ def make_cell(fx, variant: str) -> nnx.Module:
     Raises:
       ValueError: G != 3H.
     """
+    check_variant("p08_gru_bias", variant)
     g, h, i, dtype = fx.dims["G"], fx.dims["H"], fx.dims["I"], jnp.dtype(fx.dtype)
     if g != 3 * h:
         raise ValueError(f"p08_gru_bias: state_dict rows G expected 3H = {3 * h}, got {g}")
@@ -73,6 +75,7 @@ def unroll(cell: nnx.Module, x: jax.Array, h: jax.Array) -> jax.Array:
 
 def _loss(cell: nnx.Module, x: jax.Array, h0: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
     hs = unroll(cell, x, h0)
+    check_same_shape("weighted_sum", c=c.shape, h=hs.shape)
     return jnp.sum(c * hs), hs
 
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, numpy, scenario_run
+from jax_impl._common import array, check_variant, numpy, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
@@ -34,6 +34,7 @@ class Recurrent(nnx.Module):
         self.cell = nnx.LSTMCell(d, h, param_dtype=dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array, h: jax.Array, c: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+        check_variant("p09_lstm_layout", variant)
         carry = (c, h) if variant == "ported" else (h, c)  # Flax carries (c, h); "naive" keeps torch's order
         for x_t in x:
             carry, _ = self.cell(carry, x_t)
@@ -63,6 +64,7 @@ def _flax_params(params: dict[str, jax.Array], variant: str) -> dict:
 
 def build_model(fx, variant: str) -> Recurrent:
     """A Recurrent (abstract, no initialisation compute) for the fixture's D, H and dtype; `_flax_params` fills it."""
+    check_variant("p09_lstm_layout", variant)
     d, h, dtype = fx.dims["D"], fx.dims["H"], jnp.dtype(fx.dtype)
     return nnx.eval_shape(lambda: Recurrent(d, h, dtype, nnx.Rngs(0)))
 

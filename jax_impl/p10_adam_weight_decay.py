@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, numpy, scenario_run
+from jax_impl._common import array, check_variant, numpy, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["make_optimizer", "mse_loss", "run"]
@@ -25,6 +25,7 @@ __all__ = ["make_optimizer", "mse_loss", "run"]
 
 def make_optimizer(fx, variant: str) -> optax.GradientTransformation:
     """Coupled Adam(wd) ("ported") or decoupled optax.adamw ("naive") with the fixture's hyper-parameters."""
+    check_variant("p10_adam_weight_decay", variant)
     lr, b1, b2, eps, wd = (fx.scalar(k) for k in ("lr", "b1", "b2", "eps", "weight_decay"))
     if variant == "naive":
         return optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=wd)

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 import optax
 
-from jax_impl._common import array, fill_zero_grads, numpy, scenario_run
+from jax_impl._common import array, check_variant, fill_zero_grads, numpy, scenario_run
 
 __all__ = ["loss_fn", "gradients", "sgd_step", "run"]
 
@@ -31,6 +31,7 @@ def loss_fn(params: dict[str, jax.Array]) -> jax.Array:
 
 def gradients(params: dict[str, jax.Array], variant: str) -> dict[str, jax.Array]:
     """d loss / d param: only for USED leaves ("ported"); every leaf, zeros for y ("naive")."""
+    check_variant("p11_none_vs_zero_grad", variant)
     if variant == "naive":
         return jax.grad(loss_fn)(params)
     used = {k: params[k] for k in USED}

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run
+from jax_impl._common import array, check_variant, numpy, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["masked_softmax", "attention", "masked_loss", "run"]
@@ -32,6 +32,7 @@ def masked_softmax(scores: jax.Array, mask: jax.Array, variant: str) -> jax.Arra
     "ported": a row with no True is zeros (finite gradients). "naive": that row is
     NaN (softmax of all -inf). Source: PITFALLS P12.
     """
+    check_variant("p12_masked_attention_row", variant)
     if variant == "ported":
         return jax.nn.softmax(scores, axis=-1, where=mask)  # GRAD-FLOW: an empty row is zeros, with zero gradient
     return jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)
@@ -39,6 +40,7 @@ def masked_softmax(scores: jax.Array, mask: jax.Array, variant: str) -> jax.Arra
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, variant: str) -> jax.Array:
     """out [T, V] = masked_softmax(q [T, K] k [S, K]^T / sqrt(K)) @ v [S, V]."""
+    check_variant("p12_masked_attention_row", variant)
     scores = q @ k.T / math.sqrt(q.shape[-1])
     return masked_softmax(scores, mask, variant) @ v
 
@@ -46,9 +48,15 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, variant
 def masked_loss(out: jax.Array, w: jax.Array, mask: jax.Array) -> jax.Array:
     """sum(w * out) [] over the query rows that see at least one key (padded rows excluded).
 
-    Raises ValueError if out and w differ in shape.
+    Raises ValueError if out and w differ in shape, or mask is not [T, S] with the
+    T query rows of out [T, V].
     """
     check_same_shape("masked_loss", out=out.shape, w=w.shape)
+    if out.ndim != 2 or mask.ndim != 2 or mask.shape[0] != out.shape[0]:
+        raise ValueError(
+            f"masked_loss: mask has shape {tuple(mask.shape)} but out has shape {out.shape}; "
+            "expected out [T, V] and mask [T, S] with the same T"
+        )
     valid = mask.any(axis=-1, keepdims=True)
     return (jnp.where(valid, out, 0.0) * w).sum()  # GRAD-FLOW: padded query rows are excluded from the loss
 

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run
+from jax_impl._common import array, check_variant, numpy, scenario_run
 
 __all__ = ["sqrt_where", "run"]
 
@@ -27,6 +27,7 @@ def sqrt_where(x: jax.Array, variant: str) -> jax.Array:
     "ported" guards the argument (double where); "naive" does not, so its
     gradient is NaN at every x <= 0. Source: PITFALLS P13.
     """
+    check_variant("p13_where_nan", variant)
     pos = x > 0
     if variant == "ported":
         x = jnp.where(pos, x, jnp.ones_like(x))  # GRAD-FLOW: the untaken branch sees a safe argument

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, numpy, scenario_run
+from jax_impl._common import array, check_variant, numpy, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["fp16_loss", "make_scaler", "train_step", "run"]
@@ -81,6 +81,7 @@ def train_step(w, opt_state, x, y, scaler: LossScale, tx: optax.GradientTransfor
 
     Returns (w, opt_state, scaler). The step is skipped on a non-finite gradient only if tx is guarded.
     """
+    check_variant("p15_loss_scale_overflow", variant)
     grads = _scaled_grad(w, x, y, jnp.asarray(scaler.scale, w.dtype)) / scaler.scale
     updates, opt_state = tx.update(grads, opt_state, w)
     if variant == "ported":

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run
+from jax_impl._common import array, check_variant, numpy, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["dense", "run"]
@@ -25,6 +25,7 @@ __all__ = ["dense", "run"]
 
 def dense(x: jax.Array, kernel: jax.Array, variant: str) -> jax.Array:
     """y [B, O] = x [B, I] @ kernel [I, O]: pinned "highest" ("ported") or an emulated bfloat16 pass ("naive")."""
+    check_variant("p16_matmul_precision", variant)
     if variant == "naive":  # emulation: what a TPU's default precision does to a float32 matmul
         bf16 = jnp.bfloat16
         return jnp.matmul(x.astype(bf16), kernel.astype(bf16), preferred_element_type=x.dtype)

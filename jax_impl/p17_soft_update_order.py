@@ -17,7 +17,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import load_params, params_of, scenario_run
+from jax_impl._common import check_variant, load_params, params_of, scenario_run
 
 __all__ = ["build_layer", "soft_update", "run"]
 
@@ -34,6 +34,7 @@ def build_layer(fx, net: str) -> nnx.Linear:
 
 def soft_update(online: nnx.Module, target: nnx.Module, tau: float, variant: str = "ported") -> None:
     """In place: target <- tau * online + (1 - tau) * target ("naive": arguments swapped). Source: PITFALLS P17."""
+    check_variant("p17_soft_update_order", variant)
     new, old = nnx.state(online, nnx.Param), nnx.state(target, nnx.Param)
     if variant == "naive":
         new, old = old, new  # the straightforward port: "update the target" reads as target first

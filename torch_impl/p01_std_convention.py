@@ -13,13 +13,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 
 __all__ = ["row_std", "run"]
 
 
 def row_std(x: torch.Tensor, variant: str) -> torch.Tensor:
     """Std over the last axis: [R, N] -> [R], unbiased (torch's default) in both variants."""
+    check_variant("p01_std_convention", variant)
     return x.std(dim=-1)
 
 

@@ -13,23 +13,28 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from torch_impl._common import numpy, scenario_run, tensor
+from shared.losses import check_same_shape
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
 
 
 def norm(x: torch.Tensor, variant: str) -> torch.Tensor:
     """‖x‖₂ of x [N] -> []; its gradient at 0 is 0 (torch's convention)."""
+    check_variant("p02_norm_at_zero", variant)
     return torch.linalg.vector_norm(x)  # GRAD-FLOW: d‖x‖/dx pinned to 0 at the zero vector
 
 
 def sq_norm(x: torch.Tensor, variant: str) -> torch.Tensor:
     """‖x‖₂² of x [N] -> []; gradient 2x, finite at 0."""
+    check_variant("p02_norm_at_zero", variant)
     return torch.linalg.vector_norm(x) ** 2  # GRAD-FLOW: d‖x‖²/dx = 2x, finite at the zero vector
 
 
 def penalized(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> torch.Tensor:
     """0.5·‖x − t‖² + λ‖x‖: a data term plus a norm penalty (group-lasso style), x, t [N] -> []."""
+    check_variant("p02_norm_at_zero", variant)
+    check_same_shape("penalized", x=tuple(x.shape), t=tuple(t.shape))
     return 0.5 * ((x - t) ** 2).sum() + lam * norm(x, variant)
 
 

@@ -15,18 +15,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 
 __all__ = ["l1", "clamp", "run"]
 
 
 def l1(x: torch.Tensor, variant: str) -> torch.Tensor:
     """sum |x| of x [N] -> []; gradient sign(x), 0 at 0."""
+    check_variant("p03_subgradient_kinks", variant)
     return x.abs().sum()  # GRAD-FLOW: abs'(0) = 0, torch's subgradient
 
 
 def clamp(x: torch.Tensor, lo: float, hi: float, variant: str) -> torch.Tensor:
     """x [N] clamped to [lo, hi]; gradient 1 for lo <= x <= hi (bounds included), else 0."""
+    check_variant("p03_subgradient_kinks", variant)
     return x.clamp(lo, hi)  # GRAD-FLOW: clamp' = 1 on the bounds, torch's subgradient
 
 

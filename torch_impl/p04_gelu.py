@@ -14,13 +14,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 
 __all__ = ["gelu", "run"]
 
 
 def gelu(x: torch.Tensor, variant: str) -> torch.Tensor:
     """x·Φ(x) elementwise, [N] -> [N], exact in both variants (torch's default)."""
+    check_variant("p04_gelu", variant)
     return F.gelu(x)
 
 

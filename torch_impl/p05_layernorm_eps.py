@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from torch_impl._common import numpy, scenario_run, tensor
+from shared.losses import check_same_shape
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
 __all__ = ["make_layer_norm", "run"]
@@ -23,6 +24,7 @@ __all__ = ["make_layer_norm", "run"]
 
 def make_layer_norm(fx, variant: str) -> nn.LayerNorm:
     """nn.LayerNorm(D) with its default eps = 1e-5, loaded with the fixture's scale and bias."""
+    check_variant("p05_layernorm_eps", variant)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     return load_canonical(nn.LayerNorm(fx.dims["D"], dtype=getattr(torch, fx.dtype)), params)
 
@@ -33,6 +35,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     ln = make_layer_norm(fx, variant)
     x, c = tensor(fx, "x", requires_grad=True), tensor(fx, "c")
     y = ln(x)
+    check_same_shape("weighted_sum", c=tuple(c.shape), y=tuple(y.shape))
     (c * y).sum().backward()  # GRAD-FLOW: through the row mean and 1 / sqrt(var + eps)
     out = {"y": numpy(y), "grads/x": numpy(x.grad)}
     out.update({f"grads/{k}": g for k, g in canonical_grads(ln).items()})

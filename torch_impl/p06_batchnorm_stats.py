@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from torch_impl._common import numpy, scenario_run, tensor
+from shared.losses import check_same_shape
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import load_canonical
 
 __all__ = ["make_batch_norm", "run"]
@@ -24,12 +25,12 @@ __all__ = ["make_batch_norm", "run"]
 
 def make_batch_norm(fx, variant: str) -> nn.BatchNorm1d:
     """nn.BatchNorm1d(F, momentum=m) with the fixture's scale, bias and running statistics."""
+    check_variant("p06_batchnorm_stats", variant)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     bn = nn.BatchNorm1d(fx.dims["F"], momentum=fx.scalar("momentum"), dtype=getattr(torch, fx.dtype))
     load_canonical(bn, params)
-    with torch.no_grad():  # GRAD-FLOW: running statistics are buffers, never parameters
-        bn.running_mean.copy_(tensor(fx, "running_mean"))
-        bn.running_var.copy_(tensor(fx, "running_var"))
+    bn.running_mean.copy_(tensor(fx, "running_mean"))  # buffers: requires_grad False, nothing recorded
+    bn.running_var.copy_(tensor(fx, "running_var"))
     return bn
 
 
@@ -38,7 +39,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: train_out, grads/x [B, F]; running_mean, running_var [F] after one batch; eval_out [E, F]."""
     bn = make_batch_norm(fx, variant)
     x, c = tensor(fx, "x", requires_grad=True), tensor(fx, "c")
-    train_out = bn.train()(x)
+    train_out = bn.train()(x)  # GRAD-FLOW: running statistics are buffers, never parameters
+    check_same_shape("weighted_sum", c=tuple(c.shape), out=tuple(train_out.shape))
     (c * train_out).sum().backward()  # GRAD-FLOW: through the batch statistics, not the running ones
     eval_out = bn.eval()(tensor(fx, "x_eval"))
     return {

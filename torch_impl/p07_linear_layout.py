@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads
 
 __all__ = ["load_linear", "mse", "run"]
@@ -25,6 +25,7 @@ __all__ = ["load_linear", "mse", "run"]
 
 def load_linear(fx, variant: str) -> nn.Linear:
     """nn.Linear(I, O) from the fixture's torch state dict (weight [O, I], bias [O]), as torch stores it."""
+    check_variant("p07_linear_layout", variant)
     o, i = fx["state_dict/weight"].shape
     lin = nn.Linear(i, o, dtype=getattr(torch, fx.dtype))
     lin.load_state_dict({"weight": tensor(fx, "state_dict/weight"), "bias": tensor(fx, "state_dict/bias")})

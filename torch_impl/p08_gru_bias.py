@@ -15,7 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from torch_impl._common import numpy, scenario_run, tensor
+from shared.losses import check_same_shape
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 
 __all__ = ["make_cell", "unroll", "run"]
 
@@ -26,6 +27,7 @@ def make_cell(fx, variant: str) -> nn.GRUCell:
     Raises:
       ValueError: G != 3H.
     """
+    check_variant("p08_gru_bias", variant)
     g, h = fx.dims["G"], fx.dims["H"]
     if g != 3 * h:
         raise ValueError(f"p08_gru_bias: state_dict rows G expected 3H = {3 * h}, got {g}")
@@ -50,5 +52,6 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     cell = make_cell(fx, variant)
     x, h0 = tensor(fx, "x", requires_grad=True), tensor(fx, "h0", requires_grad=True)
     hs = unroll(cell, x, h0)
+    check_same_shape("weighted_sum", c=fx["c"].shape, h=tuple(hs.shape))
     gx, gh0 = torch.autograd.grad((tensor(fx, "c") * hs).sum(), [x, h0])  # GRAD-FLOW: back through every step
     return {"h": numpy(hs), "grads/x": numpy(gx), "grads/h0": numpy(gh0)}

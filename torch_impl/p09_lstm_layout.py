@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
 __all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
@@ -34,6 +34,7 @@ class Recurrent(nn.Module):
     def forward(
         self, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, variant: str
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        check_variant("p09_lstm_layout", variant)
         for x_t in x:
             h, c = self.cell(x_t, (h, c))  # torch: carry and result are (h, c)
         return h, c
@@ -44,6 +45,7 @@ def build_model(fx, variant: str) -> Recurrent:
 
     torch is the reference: the same model in both variants.
     """
+    check_variant("p09_lstm_layout", variant)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     return load_canonical(Recurrent(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 
 __all__ = ["masked_softmax", "attention", "masked_loss", "run"]
 
@@ -30,6 +30,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, variant: str) -> to
     "ported": a row with no True is zeros (finite gradients). "naive": that row is
     NaN (softmax of all -inf). Source: PITFALLS P12.
     """
+    check_variant("p12_masked_attention_row", variant)
     probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     if variant == "ported":
         probs = probs.masked_fill(~mask, 0.0)  # GRAD-FLOW: an empty row is zeros, with zero gradient
@@ -38,6 +39,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, variant: str) -> to
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, variant: str) -> torch.Tensor:
     """out [T, V] = masked_softmax(q [T, K] k [S, K]^T / sqrt(K)) @ v [S, V]."""
+    check_variant("p12_masked_attention_row", variant)
     scores = q @ k.T / math.sqrt(q.shape[-1])
     return masked_softmax(scores, mask, variant) @ v
 
@@ -45,9 +47,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 def masked_loss(out: torch.Tensor, w: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """sum(w * out) [] over the query rows that see at least one key (padded rows excluded).
 
-    Raises ValueError if out and w differ in shape.
+    Raises ValueError if out and w differ in shape, or mask is not [T, S] with the
+    T query rows of out [T, V].
     """
     check_same_shape("masked_loss", out=tuple(out.shape), w=tuple(w.shape))
+    if out.ndim != 2 or mask.ndim != 2 or mask.shape[0] != out.shape[0]:
+        raise ValueError(
+            f"masked_loss: mask has shape {tuple(mask.shape)} but out has shape {tuple(out.shape)}; "
+            "expected out [T, V] and mask [T, S] with the same T"
+        )
     valid = mask.any(dim=-1, keepdim=True)
     return (torch.where(valid, out, 0.0) * w).sum()  # GRAD-FLOW: padded query rows are excluded from the loss
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 
 __all__ = ["sqrt_where", "run"]
 
@@ -26,6 +26,7 @@ def sqrt_where(x: torch.Tensor, variant: str) -> torch.Tensor:
     "ported" guards the argument (double where); "naive" does not, so its
     gradient is NaN at every x <= 0. Source: PITFALLS P13.
     """
+    check_variant("p13_where_nan", variant)
     pos = x > 0
     if variant == "ported":
         x = torch.where(pos, x, torch.ones_like(x))  # GRAD-FLOW: the untaken branch sees a safe argument

@@ -17,13 +17,14 @@ import numpy as np
 import torch
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 
 __all__ = ["dense", "run"]
 
 
 def dense(x: torch.Tensor, kernel: torch.Tensor, variant: str) -> torch.Tensor:
     """y [B, O] = x [B, I] @ kernel [I, O] in full float32 / float64 (torch: the same in both variants)."""
+    check_variant("p16_matmul_precision", variant)
     return x @ kernel
 
 
