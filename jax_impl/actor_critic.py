@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, flat, load_params, numpy, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, check_variant, flat, load_params, numpy, scenario_run
+from shared.losses import check_rank, check_same_shape
 
 __all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "run"]
 
@@ -74,10 +74,14 @@ def a2c_losses(
     policy_loss = −mean(log π(a|s)·A), A = R − V stopped unless "advantage_not_stopped";
     value_loss = mean((R − V)²); entropy = mean(−Σ π log π).
     Raises:
-      ValueError: values, returns and actions differ in shape (e.g. values [B, 1] vs returns [B]).
+      ValueError: values, returns and actions differ in shape (e.g. values [B, 1] vs returns [B]),
+        logits is not [B, A] with the same B, or an unknown variant.
     Reference: Mnih et al. 2016, arXiv:1602.01783.
     """
+    check_variant("actor_critic", variant)
     check_same_shape("a2c_losses", values=values.shape, returns=returns.shape, actions=actions.shape)
+    check_rank("a2c_losses", "logits", logits.shape, "BA")
+    check_same_shape("a2c_losses", values=values.shape, logits_batch=logits.shape[:1])
     advantages = returns - values  # [B]
     if variant == "advantage_stopped":
         advantages = jax.lax.stop_gradient(advantages)  # GRAD-FLOW: the policy loss must not push the critic

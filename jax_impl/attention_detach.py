@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
+from jax_impl._common import array, check_variant, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "run"]
@@ -35,6 +35,7 @@ class Attention(nnx.Module):
 
     def __call__(self, x: jax.Array, mask: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
         """(context [N, K], weights [N, N]); mask [N, N] bool, True = may attend."""
+        check_variant("attention_detach", variant)
         q, k, v = self.q(x), self.k(x), self.v(x)  # [N, K] each
         weights = masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)  # [N, N]
         if variant == "weights_stopped":

@@ -14,26 +14,38 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run
+from jax_impl._common import array, check_variant, numpy, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["forward", "loss_via_z", "loss_total", "run"]
 
 
 def forward(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
     """y = 2x [N] and its copy z [N], stopped in variant "z_stopped"."""
+    check_variant("basics", variant)
     y = 2 * x
     z = jax.lax.stop_gradient(y) if variant == "z_stopped" else y  # GRAD-FLOW: z has y's values but is a constant
     return y, z
 
 
 def loss_via_z(x: jax.Array, c: jax.Array, variant: str) -> jax.Array:
-    """sum(c * z): a loss that reaches x only through z."""
+    """sum(c * z) of x [N], c [N]: a loss that reaches x only through z.
+
+    Raises ValueError on an unknown variant or if c's shape differs from x's (no broadcasting).
+    """
+    check_same_shape("loss_via_z", x=x.shape, c=c.shape)
+    check_variant("basics", variant)
     _, z = forward(x, variant)
     return jnp.sum(c * z)
 
 
 def loss_total(x: jax.Array, c: jax.Array, d: jax.Array, variant: str) -> jax.Array:
-    """sum(d * y + c * z): y's path always flows, z's only without the stop."""
+    """sum(d * y + c * z) of x, c, d [N]: y's path always flows, z's only without the stop.
+
+    Raises ValueError on an unknown variant or if c's or d's shape differs from x's.
+    """
+    check_same_shape("loss_total", x=x.shape, c=c.shape, d=d.shape)
+    check_variant("basics", variant)
     y, z = forward(x, variant)
     return jnp.sum(d * y + c * z)
 

@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, flat, load_params, numpy, params_of, scenario_run
+from jax_impl._common import array, check_variant, flat, load_params, numpy, params_of, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["QNetwork", "build_networks", "greedy", "td_targets", "td_loss", "train_step", "soft_update", "run"]
@@ -59,6 +59,7 @@ def greedy(q: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def td_targets(online: QNetwork, target: QNetwork, batch: dict, gamma: jax.Array, variant: str) -> jax.Array:
     """y [B] = r + γ·(1 − done)·v(s′) (v per variant, see the scenario); stopped unless residual_gradient."""
+    check_variant("dqn_target", variant)
     next_obs = batch["next_obs"]
     if variant == "target_network":
         v, _ = greedy(target(next_obs))
@@ -93,6 +94,7 @@ def _loss(online, target, batch, gamma, variant):
 @nnx.jit(static_argnames="variant")
 def train_step(online: QNetwork, target: QNetwork, optimizer: nnx.Optimizer, batch: dict, gamma, variant: str):
     """One SGD step of the online network; returns (loss, δ [B], y [B], online grads, target grads)."""
+    check_variant("dqn_target", variant)
     grad_fn = nnx.value_and_grad(_loss, argnums=(0, 1), has_aux=True)
     (loss, (td, y)), (g_online, g_target) = grad_fn(online, target, batch, gamma, variant)
     optimizer.update(online, g_online)

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
+from jax_impl._common import array, check_variant, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "run"]
@@ -34,6 +34,7 @@ class Regressor(nnx.Module):
         self.head = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+        check_variant("feature_stats", variant)
         features = jnp.tanh(self.encoder(x))
         head_input = features
         if variant == "detach_features":
@@ -54,6 +55,7 @@ def feature_stats(features: jax.Array, variant: str) -> tuple[jax.Array, jax.Arr
     std divisor: B - 1 (ddof=1, torch's default), B in variant "population".
     B = 1 gives std NaN with ddof=1 (0 / 0), as torch.
     """
+    check_variant("feature_stats", variant)
     h = jax.lax.stop_gradient(features)  # GRAD-FLOW: monitoring reads the features, never trains them
     if variant == "naive_ddof0":
         return jnp.mean(h, axis=0), jnp.std(h, axis=0)  # the naive port: jnp's default ddof=0
@@ -78,6 +80,7 @@ def train_step(model: Regressor, x: jax.Array, y: jax.Array, variant: str, monit
 
     Returns (loss [], gradient State, (mean [H], std [H]) or None); aux is never differentiated.
     """
+    check_variant("feature_stats", variant)
     (loss, stats), grads = nnx.value_and_grad(_loss, has_aux=True)(model, x, y, variant, monitor)
     return loss, grads, stats
 

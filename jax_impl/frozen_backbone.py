@@ -21,8 +21,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, check_variant, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
+from shared.losses import check_rank, check_same_shape
 
 __all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "run"]
 
@@ -49,6 +49,7 @@ class Classifier(nnx.Module):
         self.head = nnx.Linear(h, c, param_dtype=dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array, variant: str) -> jax.Array:
+        check_variant("frozen_backbone", variant)
         features = self.backbone(x)
         if variant in STOPPED:
             features = jax.lax.stop_gradient(features)  # GRAD-FLOW: the head trains on fixed features
@@ -64,6 +65,7 @@ def build_model(fx) -> Classifier:
 
 def make_optimizer(model: Classifier, fx, variant: str) -> nnx.Optimizer:
     """optax.adamw over the trainable parameters; only the head unless the backbone trains."""
+    check_variant("frozen_backbone", variant)
     wrt = nnx.Param
     if variant in ("freeze_params", "detach_features"):
         wrt = HEAD  # GRAD-FLOW: frozen leaves stay out of the optimizer
@@ -78,7 +80,11 @@ def _adamw(lr: float, b1: float, b2: float, eps: float, weight_decay: float) -> 
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean softmax cross-entropy of logits [B, C] against int labels [B]. Raises ValueError on a B mismatch."""
+    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
+
+    Raises ValueError unless logits is 2-D with the labels' batch size B.
+    """
+    check_rank("cross_entropy", "logits", logits.shape, "BC")
     check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
@@ -90,6 +96,7 @@ def _loss(model, x, labels, variant):
 @nnx.jit(static_argnames="variant")
 def train_step(model: Classifier, optimizer: nnx.Optimizer, x: jax.Array, labels: jax.Array, variant: str):
     """One AdamW step; returns (loss before the step, gradient State)."""
+    check_variant("frozen_backbone", variant)
     diff = HEAD if variant == "freeze_params" else nnx.Param  # GRAD-FLOW: differentiate the head only
     loss, grads = nnx.value_and_grad(_loss, argnums=nnx.DiffState(0, diff))(model, x, labels, variant)
     optimizer.update(model, grads if variant in ("full_finetune", "naive_stop_gradient") else grads.filter(HEAD))

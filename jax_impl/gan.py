@@ -21,7 +21,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, flat, load_params, numpy, params_of, scenario_run
+from jax_impl._common import array, check_variant, flat, load_params, numpy, params_of, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = [
@@ -83,6 +83,7 @@ def bce_with_logits(logits: jax.Array, labels: jax.Array) -> jax.Array:
 
 def discriminator_loss(gen: MLP, disc: MLP, real: jax.Array, z: jax.Array, variant: str) -> jax.Array:
     """L_D = bce(D(real [B, X]), 1) + bce(D(G(z [B, Z])), 0); the generated batch is stopped in "fake_stopped"."""
+    check_variant("gan", variant)
     fake = gen(z)  # [B, X]
     if variant == "fake_stopped":
         fake = jax.lax.stop_gradient(fake)  # GRAD-FLOW: the discriminator step treats generated samples as data
@@ -101,6 +102,7 @@ def generator_loss(gen: MLP, disc: MLP, z: jax.Array) -> jax.Array:
 @nnx.jit(static_argnames="variant")
 def discriminator_step(model: GAN, d_opt: nnx.Optimizer, real: jax.Array, z: jax.Array, variant: str):
     """One Adam step on D; returns (L_D before the step, gradient State of every parameter)."""
+    check_variant("gan", variant)
     # the gradient over the whole model, as torch's backward() computes it
     loss, grads = nnx.value_and_grad(lambda m: discriminator_loss(m.gen, m.disc, real, z, variant))(model)
     d_opt.update(model.disc, grads["disc"])

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, flat, numpy, scenario_run
+from jax_impl._common import array, check_variant, flat, numpy, scenario_run
 from shared.losses import check_same_shape
 from shared.scenarios.grad_clipping import LEAVES, REGIMES, TORCH_EPS, applied_coefs
 
@@ -61,9 +61,10 @@ def build_model(fx) -> tuple[Recurrent, dict]:
 def masked_loss(y: jax.Array, target: jax.Array, mask: jax.Array, weight: jax.Array) -> jax.Array:
     """weight * 0.5 * mean(mask * (y - target)^2) over y, target [K, B, O], mask [K, B] (0 = padding).
 
-    Raises ValueError if y and target shapes differ.
+    Raises ValueError if y and target shapes differ, or mask is not [K, B].
     """
     check_same_shape("masked_loss", y=y.shape, target=target.shape)
+    check_same_shape("masked_loss", y_steps=y.shape[:-1], mask=mask.shape)
     return weight * 0.5 * jnp.mean((mask[..., None] * (y - target)) ** 2)
 
 
@@ -87,6 +88,7 @@ def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str)
 
     Returns (new params, stats [3] = loss, norm before and after clipping; carry for the next window).
     """
+    check_variant("grad_clipping", variant)
 
     def loss_fn(p, h):
         ys, h = Recurrent()(p, xs, h)

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run
+from jax_impl._common import array, check_variant, numpy, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["predict", "mse_loss", "run"]
@@ -21,6 +21,7 @@ __all__ = ["predict", "mse_loss", "run"]
 
 def predict(w: jax.Array, b: jax.Array, x: jax.Array, variant: str) -> jax.Array:
     """y_hat [B] = x [B, D] @ w [D] + b []; x stopped in variant "x_stopped"."""
+    check_variant("linear_regression", variant)
     if variant == "x_stopped":
         x = jax.lax.stop_gradient(x)  # GRAD-FLOW: the input is data, not something to learn
     return x @ w + b

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, flat, load_params, numpy, scenario_run
+from jax_impl._common import array, check_variant, flat, load_params, numpy, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "run"]
@@ -65,6 +65,7 @@ def adapt(
     variant: str,
 ) -> nnx.State:
     """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a traceable function of θ."""
+    check_variant("maml", variant)
     for _ in range(steps):
         grads = jax.grad(task_loss, argnums=1)(graphdef, params, x, y)
         if variant == "first_order":
@@ -78,6 +79,7 @@ def meta_loss(graphdef: nnx.GraphDef, params: nnx.State, tasks, alpha: jax.Array
 
     `tasks` holds support_x [T, S, D], support_y [T, S, O], query_x [T, Q, D], query_y [T, Q, O].
     """
+    check_variant("maml", variant)
     sx, sy, qx, qy = tasks
     adapted = jax.vmap(lambda x, y: adapt(graphdef, params, x, y, alpha, steps, variant))(sx, sy)
     losses = jax.vmap(lambda p, x, y: task_loss(graphdef, p, x, y))(adapted, qx, qy)  # [T]

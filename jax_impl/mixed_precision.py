@@ -24,7 +24,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, flat, load_params, numpy, scenario_run
+from jax_impl._common import array, check_variant, flat, load_params, numpy, scenario_run
 from shared.losses import check_same_shape
 
 __all__ = [
@@ -107,6 +107,7 @@ class LossScale(NamedTuple):
 
 def make_scaler(fx, variant: str) -> LossScale:
     """The initial LossScale from the fixture's hyper-parameters (static_scale for "static")."""
+    check_variant("mixed_precision", variant)
     f32 = lambda key: jnp.asarray(fx.scalar(key), jnp.float32)  # noqa: E731  GradScaler keeps its scale in float32
     return LossScale(
         scale=f32("static_scale" if variant == "static" else "init_scale"),

@@ -18,8 +18,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, flat, load_params, numpy, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, check_variant, flat, load_params, numpy, scenario_run
+from shared.losses import check_rank, check_same_shape
 
 __all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "run"]
 
@@ -33,6 +33,7 @@ class MultiTaskNet(nnx.Module):
         self.head2 = nnx.Linear(h, c, param_dtype=dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+        check_variant("multitask", variant)
         features = jnp.tanh(self.trunk(x))  # [B, H]
         f1 = f2 = features
         if variant == "isolate_task1":
@@ -57,6 +58,7 @@ def task_losses(pred1: jax.Array, y1: jax.Array, logits2: jax.Array, labels: jax
     Reference: Caruana 1997.
     """
     check_same_shape("task_losses", pred1=pred1.shape, y1=y1.shape)
+    check_rank("task_losses", "logits2", logits2.shape, "BC")
     check_same_shape("task_losses", logits2_batch=logits2.shape[:1], labels=labels.shape)
     return jnp.mean((pred1 - y1) ** 2), optax.softmax_cross_entropy_with_integer_labels(logits2, labels).mean()
 
@@ -72,6 +74,7 @@ def loss_and_grads(
     model: MultiTaskNet, x: jax.Array, y1: jax.Array, labels: jax.Array, variant: str
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array], nnx.State]:
     """(total, (loss1, loss2), gradient State of the total) from one nnx.value_and_grad of loss1 + loss2."""
+    check_variant("multitask", variant)
     (total, (loss1, loss2)), grads = nnx.value_and_grad(_total, has_aux=True)(model, x, y1, labels, variant)
     return total, (loss1, loss2), grads
 

@@ -19,7 +19,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, load_params, numpy, scenario_run
-from shared.losses import check_same_shape
+from shared.losses import check_rank, check_same_shape
 
 __all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "run"]
 
@@ -46,7 +46,11 @@ def build_model(fx) -> Classifier:
 
 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean softmax cross-entropy of logits [B, C] against int labels [B]. Raises ValueError on a B mismatch."""
+    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
+
+    Raises ValueError unless logits is 2-D with the labels' batch size B.
+    """
+    check_rank("cross_entropy", "logits", logits.shape, "BC")
     check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 

@@ -7,7 +7,7 @@ package calls `check_same_shape` first.
 
 from __future__ import annotations
 
-__all__ = ["check_same_shape"]
+__all__ = ["check_same_shape", "check_rank"]
 
 
 def check_same_shape(loss: str, **shapes: tuple[int, ...]) -> None:
@@ -25,3 +25,14 @@ def check_same_shape(loss: str, **shapes: tuple[int, ...]) -> None:
                 f"{loss}: {first_name} has shape {first} but {name} has shape {shape}; "
                 "expected identical shapes (no broadcasting in a loss)"
             )
+
+
+def check_rank(loss: str, name: str, shape: tuple[int, ...], axes: str) -> None:
+    """Raise ValueError unless `shape` has one axis per letter of `axes`.
+
+    Example: check_rank("cross_entropy", "logits", (4,), "BC") raises
+    "cross_entropy: logits expected rank 2 [B, C], got shape (4,)".
+    """
+    shape = tuple(int(d) for d in shape)
+    if len(shape) != len(axes):
+        raise ValueError(f"{loss}: {name} expected rank {len(axes)} [{', '.join(axes)}], got shape {shape}")

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from shared.losses import check_rank, check_same_shape
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
 __all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "run"]
@@ -77,12 +77,16 @@ def a2c_losses(
     policy_loss = −mean(log π(a|s)·A), A = R − V detached unless "advantage_not_stopped";
     value_loss = mean((R − V)²); entropy = mean(−Σ π log π).
     Raises:
-      ValueError: values, returns and actions differ in shape (e.g. values [B, 1] vs returns [B]).
+      ValueError: values, returns and actions differ in shape (e.g. values [B, 1] vs returns [B]),
+        logits is not [B, A] with the same B, or an unknown variant.
     Reference: Mnih et al. 2016, arXiv:1602.01783.
     """
+    check_variant("actor_critic", variant)
     check_same_shape(
         "a2c_losses", values=tuple(values.shape), returns=tuple(returns.shape), actions=tuple(actions.shape)
     )
+    check_rank("a2c_losses", "logits", tuple(logits.shape), "BA")
+    check_same_shape("a2c_losses", values=tuple(values.shape), logits_batch=tuple(logits.shape[:1]))
     advantages = returns - values  # [B]
     if variant == "advantage_stopped":
         advantages = advantages.detach()  # GRAD-FLOW: the policy loss must not push the critic

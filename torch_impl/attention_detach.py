@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
 __all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "run"]
@@ -36,6 +36,7 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(context [N, K], weights [N, N]); mask [N, N] bool, True = may attend."""
+        check_variant("attention_detach", variant)
         q, k, v = self.q(x), self.k(x), self.v(x)  # [N, K] each
         weights = masked_softmax(q @ k.T / math.sqrt(q.shape[-1]), mask)  # [N, N]
         if variant == "weights_stopped":

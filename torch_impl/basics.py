@@ -13,26 +13,38 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
+from shared.losses import check_same_shape
+from torch_impl._common import check_variant, grads_or_zeros, numpy, scenario_run, tensor
 
 __all__ = ["forward", "loss_via_z", "loss_total", "run"]
 
 
 def forward(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     """y = 2x [N] and its copy z [N], stopped in variant "z_stopped"."""
+    check_variant("basics", variant)
     y = 2 * x
     z = y.detach() if variant == "z_stopped" else y  # GRAD-FLOW: z has y's values but is a constant
     return y, z
 
 
 def loss_via_z(x: torch.Tensor, c: torch.Tensor, variant: str) -> torch.Tensor:
-    """sum(c * z): a loss that reaches x only through z."""
+    """sum(c * z) of x [N], c [N]: a loss that reaches x only through z.
+
+    Raises ValueError on an unknown variant or if c's shape differs from x's (no broadcasting).
+    """
+    check_same_shape("loss_via_z", x=tuple(x.shape), c=tuple(c.shape))
+    check_variant("basics", variant)
     _, z = forward(x, variant)
     return (c * z).sum()
 
 
 def loss_total(x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, variant: str) -> torch.Tensor:
-    """sum(d * y + c * z): y's path always flows, z's only without the stop."""
+    """sum(d * y + c * z) of x, c, d [N]: y's path always flows, z's only without the stop.
+
+    Raises ValueError on an unknown variant or if c's or d's shape differs from x's.
+    """
+    check_same_shape("loss_total", x=tuple(x.shape), c=tuple(c.shape), d=tuple(d.shape))
+    check_variant("basics", variant)
     y, z = forward(x, variant)
     return (d * y + c * z).sum()
 

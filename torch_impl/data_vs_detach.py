@@ -41,17 +41,17 @@ def write_zeros(out: torch.Tensor, how: str) -> torch.Tensor:
     return buf.zero_()
 
 
-def step(x: torch.Tensor, c: torch.Tensor, how: str) -> tuple[torch.Tensor, ...]:
+def step(x: torch.Tensor, c: torch.Tensor, how: str) -> tuple[torch.Tensor | np.ndarray, ...]:
     """loss = Σ c·σ(x); write zeros via `how`; backward.
 
-    Args: x [N] requiring grad, c [N]. Returns (loss [], dL/dx [N], out before the write [N],
-    written [N], out after the write [N]).
+    Args: x [N] requiring grad, c [N]. Returns (loss [], dL/dx [N], out before the write [N] as a
+    numpy copy, written [N], out after the write [N]).
     Raises:
       RuntimeError: how == "detach_inplace" ("... modified by an inplace operation").
     """
     out = torch.sigmoid(x)  # saves its output for backward
     loss = (c * out).sum()
-    before = out.detach().clone()
+    before = numpy(out).copy()  # a record of the values, in its own memory
     written = write_zeros(out, how)
     (grad,) = torch.autograd.grad(loss, [x])
     return loss, grad, before, written, out
@@ -63,4 +63,4 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     x = tensor(fx, "x", requires_grad=True)
     c = tensor(fx, "c")
     _, grad, before, written, after = step(x, c, variant)
-    return {"out": numpy(before), "written": numpy(written), "out_after_write": numpy(after), "grads/x": numpy(grad)}
+    return {"out": before, "written": numpy(written), "out_after_write": numpy(after), "grads/x": numpy(grad)}

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, canonical_params, load_canonical
 
 __all__ = ["QNetwork", "build_networks", "greedy", "td_targets", "td_loss", "train_step", "soft_update", "run"]
@@ -61,6 +61,7 @@ def greedy(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def td_targets(online: QNetwork, target: QNetwork, batch: dict, gamma: torch.Tensor, variant: str) -> torch.Tensor:
     """y [B] = r + γ·(1 − done)·v(s′) (v per variant, see the scenario); detached unless residual_gradient."""
+    check_variant("dqn_target", variant)
     next_obs = batch["next_obs"]
     if variant == "target_network":
         v, _ = greedy(target(next_obs))
@@ -90,6 +91,7 @@ def train_step(
     online: QNetwork, target: QNetwork, optimizer: torch.optim.Optimizer, batch: dict, gamma, variant: str
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One SGD step of the online network; returns (loss, δ [B], y [B]) before the step. `.grad` keeps the gradients."""
+    check_variant("dqn_target", variant)
     optimizer.zero_grad(set_to_none=True)
     target.zero_grad(set_to_none=True)
     q_sa = online(batch["obs"]).gather(1, batch["actions"][:, None]).squeeze(1)  # [B]

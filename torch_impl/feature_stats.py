@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
 __all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "run"]
@@ -35,6 +35,7 @@ class Regressor(nn.Module):
         self.head = nn.Linear(h, o, dtype=dtype)
 
     def forward(self, x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+        check_variant("feature_stats", variant)
         features = torch.tanh(self.encoder(x))
         head_input = features
         if variant == "detach_features":
@@ -55,6 +56,7 @@ def feature_stats(features: torch.Tensor, variant: str) -> tuple[torch.Tensor, t
     std divisor: B - 1 (torch's default correction=1), B in variant "population".
     B = 1 gives std NaN with correction=1 (0 / 0), as jnp.std(ddof=1).
     """
+    check_variant("feature_stats", variant)
     h = features.detach()  # GRAD-FLOW: monitoring reads the features, never trains them
     if variant == "naive_ddof0":
         return h.mean(dim=0), h.std(dim=0)  # torch's default correction=1: the reference the naive port misses
@@ -72,6 +74,7 @@ def train_step(model: Regressor, x: torch.Tensor, y: torch.Tensor, variant: str,
 
     Returns (loss [], canonical grads dict, (mean [H], std [H]) or None). Resets .grad first.
     """
+    check_variant("feature_stats", variant)
     model.zero_grad(set_to_none=True)
     pred, features = model(x, variant)
     stats = feature_stats(features, variant) if monitor else None

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from shared.losses import check_rank, check_same_shape
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, canonical_params, load_canonical
 
 __all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "run"]
@@ -47,6 +47,7 @@ class Classifier(nn.Module):
         self.head = nn.Linear(h, c, dtype=dtype)
 
     def forward(self, x: torch.Tensor, variant: str) -> torch.Tensor:
+        check_variant("frozen_backbone", variant)
         features = self.backbone(x)
         if variant in STOPPED:
             features = features.detach()  # GRAD-FLOW: the head trains on fixed features
@@ -62,6 +63,7 @@ def build_model(fx) -> Classifier:
 
 def make_optimizer(model: Classifier, fx, variant: str) -> torch.optim.AdamW:
     """AdamW over the trainable parameters; the backbone is frozen in "freeze_params"."""
+    check_variant("frozen_backbone", variant)
     params = model.parameters()
     if variant == "freeze_params":
         model.backbone.requires_grad_(False)  # GRAD-FLOW: differentiate the head only
@@ -73,7 +75,11 @@ def make_optimizer(model: Classifier, fx, variant: str) -> torch.optim.AdamW:
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean softmax cross-entropy of logits [B, C] against int labels [B]. Raises ValueError on a B mismatch."""
+    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
+
+    Raises ValueError unless logits is 2-D with the labels' batch size B.
+    """
+    check_rank("cross_entropy", "logits", tuple(logits.shape), "BC")
     check_same_shape("cross_entropy", logits_batch=tuple(logits.shape[:1]), labels=tuple(labels.shape))
     return F.cross_entropy(logits, labels)
 
@@ -82,6 +88,7 @@ def train_step(
     model: Classifier, optimizer: torch.optim.Optimizer, x: torch.Tensor, labels: torch.Tensor, variant: str
 ) -> torch.Tensor:
     """One AdamW step; returns the loss before the step. .grad holds this step's gradients after it."""
+    check_variant("frozen_backbone", variant)
     # the naive port keeps zero tensors in .grad instead of None: AdamW then decays the backbone
     optimizer.zero_grad(set_to_none=variant != "naive_stop_gradient")
     loss = cross_entropy(model(x, variant), labels)

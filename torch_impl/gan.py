@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, canonical_params, load_canonical
 
 __all__ = [
@@ -80,6 +80,7 @@ def bce_with_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
 def discriminator_loss(gen: MLP, disc: MLP, real: torch.Tensor, z: torch.Tensor, variant: str) -> torch.Tensor:
     """L_D = bce(D(real [B, X]), 1) + bce(D(G(z [B, Z])), 0); the generated batch is detached in "fake_stopped"."""
+    check_variant("gan", variant)
     fake = gen(z)  # [B, X]
     if variant == "fake_stopped":
         fake = fake.detach()  # GRAD-FLOW: the discriminator step treats generated samples as data
@@ -97,6 +98,7 @@ def generator_loss(gen: MLP, disc: MLP, z: torch.Tensor) -> torch.Tensor:
 
 def discriminator_step(model: GAN, d_opt: torch.optim.Adam, real: torch.Tensor, z: torch.Tensor, variant: str):
     """One Adam step on D; returns (L_D before the step, canonical .grad of every parameter, None as zeros)."""
+    check_variant("gan", variant)
     model.zero_grad(set_to_none=True)  # fresh gradients, as jax.grad returns
     loss = discriminator_loss(model.gen, model.disc, real, z, variant)
     loss.backward()

@@ -52,9 +52,10 @@ def build_model(fx) -> Recurrent:
 def masked_loss(y: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, weight: float) -> torch.Tensor:
     """weight * 0.5 * mean(mask * (y - target)^2) over y, target [K, B, O], mask [K, B] (0 = padding).
 
-    Raises ValueError if y and target shapes differ.
+    Raises ValueError if y and target shapes differ, or mask is not [K, B].
     """
     check_same_shape("masked_loss", y=tuple(y.shape), target=tuple(target.shape))
+    check_same_shape("masked_loss", y_steps=tuple(y.shape[:-1]), mask=tuple(mask.shape))
     return weight * 0.5 * torch.mean((mask[..., None] * (y - target)) ** 2)
 
 
@@ -80,7 +81,7 @@ def train_step(model: Recurrent, optimizer, h, xs, targets, mask, max_norm: floa
     norm = clip_by_global_norm_torch(model.parameters(), max_norm)
     clipped = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()])
     optimizer.step()
-    return torch.stack([loss, norm, clipped]).detach(), h
+    return torch.stack([loss, norm, clipped]), h
 
 
 @scenario_run("grad_clipping")

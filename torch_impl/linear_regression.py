@@ -13,13 +13,14 @@ import numpy as np
 import torch
 
 from shared.losses import check_same_shape
-from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
+from torch_impl._common import check_variant, grads_or_zeros, numpy, scenario_run, tensor
 
 __all__ = ["predict", "mse_loss", "run"]
 
 
 def predict(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, variant: str) -> torch.Tensor:
     """y_hat [B] = x [B, D] @ w [D] + b []; x stopped in variant "x_stopped"."""
+    check_variant("linear_regression", variant)
     if variant == "x_stopped":
         x = x.detach()  # GRAD-FLOW: the input is data, not something to learn
     return x @ w + b

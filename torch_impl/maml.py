@@ -20,7 +20,7 @@ from torch import nn
 from torch.func import functional_call
 
 from shared.losses import check_same_shape
-from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
+from torch_impl._common import check_variant, grads_or_zeros, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_named, load_canonical
 
 __all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "run"]
@@ -66,6 +66,7 @@ def adapt(
     variant: str,
 ) -> dict[str, torch.Tensor]:
     """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a function of θ for autograd."""
+    check_variant("maml", variant)
     for _ in range(steps):
         loss = task_loss(model, params, x, y)
         grads = torch.autograd.grad(
@@ -82,6 +83,7 @@ def meta_loss(model: MLP, params: dict[str, torch.Tensor], tasks, alpha: float, 
 
     `tasks` holds support_x [T, S, D], support_y [T, S, O], query_x [T, Q, D], query_y [T, Q, O].
     """
+    check_variant("maml", variant)
     sx, sy, qx, qy = tasks
     losses, adapted = [], []
     for t in range(sx.shape[0]):

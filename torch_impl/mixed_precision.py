@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, canonical_params, load_canonical
 
 __all__ = [
@@ -79,8 +79,7 @@ class LossScale:
 
     def unscale_(self, optimizer: torch.optim.Optimizer) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        with torch.no_grad():
-            torch._foreach_mul_(grads, 1.0 / self._scale)
+        torch._foreach_mul_(grads, 1.0 / self._scale)  # .grad tensors carry no graph: nothing to record
         self._found_inf = not all(bool(torch.isfinite(g).all()) for g in grads)
 
     def step(self, optimizer: torch.optim.Optimizer) -> None:
@@ -96,6 +95,7 @@ class LossScale:
 
 def make_scaler(fx, variant: str) -> torch.amp.GradScaler | LossScale:
     """torch.amp.GradScaler("cpu") from the fixture's hyper-parameters, or a LossScale for "static"."""
+    check_variant("mixed_precision", variant)
     if variant == "static":
         return LossScale(fx.scalar("static_scale"))
     return torch.amp.GradScaler(
@@ -109,6 +109,7 @@ def make_scaler(fx, variant: str) -> torch.amp.GradScaler | LossScale:
 
 def make_optimizer(model: Regressor, fx, variant: str) -> torch.optim.Adam:
     """torch.optim.Adam over the master weights (every variant: GradScaler.step does the skipping)."""
+    check_variant("mixed_precision", variant)
     betas = (fx.scalar("b1"), fx.scalar("b2"))
     return torch.optim.Adam(model.parameters(), lr=fx.scalar("lr"), betas=betas, eps=fx.scalar("eps"))
 

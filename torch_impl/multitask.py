@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from shared.losses import check_rank, check_same_shape
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
 __all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "run"]
@@ -34,6 +34,7 @@ class MultiTaskNet(nn.Module):
         self.head2 = nn.Linear(h, c, dtype=dtype)
 
     def forward(self, x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+        check_variant("multitask", variant)
         features = torch.tanh(self.trunk(x))  # [B, H]
         f1 = f2 = features
         if variant == "isolate_task1":
@@ -60,6 +61,7 @@ def task_losses(
     Reference: Caruana 1997.
     """
     check_same_shape("task_losses", pred1=tuple(pred1.shape), y1=tuple(y1.shape))
+    check_rank("task_losses", "logits2", tuple(logits2.shape), "BC")
     check_same_shape("task_losses", logits2_batch=tuple(logits2.shape[:1]), labels=tuple(labels.shape))
     return F.mse_loss(pred1, y1), F.cross_entropy(logits2, labels)
 
@@ -68,6 +70,7 @@ def loss_and_grads(
     model: MultiTaskNet, x: torch.Tensor, y1: torch.Tensor, labels: torch.Tensor, variant: str
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor], dict[str, np.ndarray]]:
     """(total, (loss1, loss2), canonical gradients of the total) after one backward of loss1 + loss2."""
+    check_variant("multitask", variant)
     model.zero_grad(set_to_none=True)
     pred1, logits2 = model(x, variant)
     loss1, loss2 = task_losses(pred1, y1, logits2, labels)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_same_shape
+from shared.losses import check_rank, check_same_shape
 from torch_impl._common import numpy, scenario_run, tensor
 from torch_impl._layout import load_canonical
 
@@ -47,7 +47,11 @@ def build_model(fx) -> Classifier:
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean softmax cross-entropy of logits [B, C] against int labels [B]. Raises ValueError on a B mismatch."""
+    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
+
+    Raises ValueError unless logits is 2-D with the labels' batch size B.
+    """
+    check_rank("cross_entropy", "logits", tuple(logits.shape), "BC")
     check_same_shape("cross_entropy", logits_batch=tuple(logits.shape[:1]), labels=tuple(labels.shape))
     return F.cross_entropy(logits, labels)
 
