@@ -253,14 +253,17 @@ def check_c07() -> dict:
         grads = jax.grad(loss)(params)
         decayed = optax.apply_updates(params, naive.update(grads, naive.init(params), params)[0])
         kept = optax.apply_updates(params, right.update(grads, right.init(params), params)[0])
-        return grads["w"], decayed["w"], kept["w"]
+        live = jax.grad(lambda p: (p["head"] * p["w"]).sum())(params)  # w unstopped: a non-zero gradient
+        kept_live = optax.apply_updates(params, right.update(live, right.init(params), params)[0])
+        return grads["w"], decayed["w"], kept["w"], kept_live["w"]
 
-    zero_grad, decayed, kept = steps(params)
+    zero_grad, decayed, kept, kept_live = steps(params)
     return {
         "zero_grad": zero_grad.tolist(),
         "frozen_after_adamw": decayed.tolist(),
         "expected_decay": [1.0 * 0.99, -2.0 * 0.99, 3.0 * 0.99],
         "frozen_after_partition": kept.tolist(),
+        "frozen_after_partition_live_grad": kept_live.tolist(),
     }
 
 

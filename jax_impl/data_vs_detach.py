@@ -3,9 +3,10 @@
 Gradient flow: x -> out = σ(x) -> loss flows; the zeros land in a new array, so
 nothing the gradient reads can change.
 Port note: torch's three spellings (`out.data`, `out.detach()`, `out.detach().clone()`,
-then `.zero_()`) become one JAX program: stop_gradient, then `.at[].set`, which
-returns a new array. torch's `.data` write silently corrupts the gradient and its
-`.detach()` write raises; JAX has neither hazard. Porting JAX to torch, clone first.
+then `.zero_()`) become one JAX program: `.at[].set` over every entry, which returns a
+new array with no gradient path from out (no stop_gradient needed). torch's `.data`
+write silently corrupts the gradient and its `.detach()` write raises; JAX has neither
+hazard. Porting JAX to torch, clone first.
 Shapes: N elements.
 Reference: JAX docs, "JAX - The Sharp Bits: in-place updates" (jax.numpy.ndarray.at).
 """
@@ -24,21 +25,21 @@ HOW = ("detach_clone", "data_inplace", "detach_inplace")
 
 
 def write_zeros(out: jax.Array, how: str) -> jax.Array:
-    """Zeros written into a stopped copy of out [N]: a new array [N]; `out` is unchanged.
+    """Zeros written over every entry of out [N]: a new array [N], no gradient path from out; out unchanged.
 
     how: the torch spelling being ported; all three are the same program in JAX.
     Raises:
       ValueError: unknown `how`.
     """
     if how == "data_inplace":
-        buf = jax.lax.stop_gradient(out)  # GRAD-FLOW: out's values hidden from autograd: no version bump
+        written = out.at[:].set(0.0)  # GRAD-FLOW: out's values hidden from autograd: no version bump
     elif how == "detach_inplace":
-        buf = jax.lax.stop_gradient(out)  # GRAD-FLOW: out's values without gradient, sharing out's version counter
+        written = out.at[:].set(0.0)  # GRAD-FLOW: out's values without gradient, sharing out's version counter
     elif how == "detach_clone":
-        buf = jax.lax.stop_gradient(out)  # GRAD-FLOW: a snapshot without gradient: its own storage
+        written = out.at[:].set(0.0)  # GRAD-FLOW: a snapshot without gradient: its own storage
     else:
         raise ValueError(f"write_zeros: how expected one of {list(HOW)}, got {how!r}")
-    return buf.at[:].set(0.0)  # out-of-place: a new array whatever the spelling
+    return written  # out-of-place, every entry overwritten: a stop_gradient here would change nothing
 
 
 def _loss(x, c, how):

@@ -1,6 +1,7 @@
 """grad_clipping: truncated-BPTT training of an Elman RNN with global-norm clipping and optax.sgd.
 
-Gradient flow: each window starts from a stopped carry (truncation); the window's loss
+Gradient flow: each window starts from a constant carry (truncation: h is a jit input that
+value_and_grad does not differentiate, so no stop_gradient is needed); the window's loss
 flows to every parameter; the clip transformation then rescales the gradient pytree by
 one factor, direction kept. It needs no stop_gradient: it runs on the gradients, after
 jax.grad.
@@ -84,7 +85,7 @@ def clip_by_global_norm_torch(max_norm: jax.Array | float) -> optax.GradientTran
 
 @functools.partial(jax.jit, static_argnames=("variant",))
 def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str):
-    """One window: forward from a stopped carry, gradient, clip, SGD step.
+    """One window: forward from a constant carry (not differentiated), gradient, clip, SGD step.
 
     Returns (new params, stats [3] = loss, norm before and after clipping; carry for the next window).
     """
@@ -94,8 +95,8 @@ def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str)
         ys, h = Recurrent()(p, xs, h)
         return masked_loss(ys, targets, mask, weight), h
 
-    h = jax.lax.stop_gradient(h)  # GRAD-FLOW: truncation: the window starts from a constant carry
-    (loss, h), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, h)
+    # GRAD-FLOW: truncation: the window starts from a constant carry
+    (loss, h), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, h)  # argnums=0: h is never differentiated
     clip = clip_by_global_norm_torch(max_norm) if variant == "torch_formula" else optax.clip_by_global_norm(max_norm)
     sgd = optax.sgd(lr)  # the two stages of optax.chain(clip, sgd), apart to report the clipped norm
     clipped, _ = clip.update(grads, clip.init(params))

@@ -85,6 +85,11 @@ def _v01(t: dict, j: dict) -> tuple[bool, str]:
         "z = y.detach(); z[0] = 100 → y = [100, 4, 6] (shared storage and version counter)",
     )
     f.need(
+        t["requires_grad"] == {"alias": False, "out_of_place": False, "snapshot": False}
+        and t["grad_fn_after_alias_write"] == "MulBackward0",
+        "alias, out-of-place result and clone do not require grad; the alias write is not recorded in y's graph",
+    )
+    f.need(
         _err(t["backward_after_alias_write"], "RuntimeError", INPLACE),
         "saved y: backward raises RuntimeError 'modified by an inplace operation'",
     )
@@ -182,7 +187,10 @@ def _v07(t: dict, j: dict) -> tuple[bool, str]:
         _close(j["frozen_after_adamw"], j["expected_decay"]) and j["frozen_after_adamw"] != [1.0, -2.0, 3.0],
         "JAX zero-gradient port: adamw decays it ×0.99",
     )
-    f.need(j["frozen_after_partition"] == [1.0, -2.0, 3.0], "optax.partition keeps it")
+    f.need(
+        j["frozen_after_partition"] == [1.0, -2.0, 3.0] and j["frozen_after_partition_live_grad"] == [1.0, -2.0, 3.0],
+        "optax.partition + set_to_zero keeps it, even under a non-zero gradient",
+    )
     return f.result()
 
 
@@ -205,7 +213,10 @@ def _v09(t: dict, j: dict) -> tuple[bool, str]:
         _err(t["error"], "RuntimeError", "Inference tensors cannot be saved for backward"),
         "RuntimeError 'Inference tensors cannot be saved for backward'",
     )
-    f.need(t["no_grad_tensor_grad"] == [2.0, 2.0, 2.0], "a no_grad tensor can be used later")
+    f.need(
+        t["no_grad_tensor_grad"] == [2.0, 2.0, 2.0] and not t["no_grad_tensor_requires_grad"],
+        "a no_grad tensor g = 2·w is a constant that can be used later: d/dw Σ g·w = 2",
+    )
     f.need(j.get("applies") is False, "JAX: no inference mode")
     f.note("speed ratios: detach-parity bench")
     return f.result()
@@ -324,6 +335,7 @@ def _v17(t: dict, j: dict) -> tuple[bool, str]:
         t["saved_bytes_select"] == t["saved_bytes_select_detach"] > 0 == t["saved_bytes_select_no_grad"],
         f"saved B: {t['saved_bytes_select']} with or without detach, 0 under no_grad",
     )
+    f.need(not t["detached_scores_requires_grad"], "the detach does cut the graph: it just saves nothing")
     f.need(
         _err(t["pg_loss_on_detached_logits"], "RuntimeError", NO_GRAD_FN), "PG loss on detached logits: backward raises"
     )
@@ -368,6 +380,7 @@ def _v19(t: dict, j: dict) -> tuple[bool, str]:
         _close(j["std"], t["std_biased"]) and _close(j["std_ddof1"], t["std"]),
         "jnp.std is ddof=0 (ddof=1 matches torch)",
     )
+    f.need(not t["std_requires_grad"], "statistics of detached features carry no graph")
     f.need(
         t["saved_bytes_grad"] > 0 == t["saved_bytes_no_grad"],
         f"no_grad saves {t['saved_bytes_no_grad']} B vs {t['saved_bytes_grad']} B",
@@ -401,7 +414,11 @@ def _v21(t: dict, j: dict) -> tuple[bool, str]:
         t["data_zero_grad"] == [0.0, 0.0, 0.0] and all(g > 0 for g in t["right_grad"]),
         "out.data.zero_(): grad [0, 0, 0], silently (right: σ′(x))",
     )
-    f.need(_err(t["detach_zero_backward"], "RuntimeError", INPLACE), "out.detach().zero_(): backward raises")
+    f.need(
+        _err(t["detach_zero_backward"], "RuntimeError", INPLACE)
+        and t["grad_fn_after_detach_zero"] == "SigmoidBackward0",
+        "out.detach().zero_(): not recorded in out's graph, yet backward raises",
+    )
     f.need(
         _close(j["grad"], t["right_grad"]) and j["zeroed_copy"] == [0.0, 0.0, 0.0] and j["out_after_zeroing"][0] > 0,
         "JAX: zeroing makes a copy, grad σ′(x)",
@@ -412,7 +429,7 @@ def _v21(t: dict, j: dict) -> tuple[bool, str]:
 def _v22(t: dict, j: dict) -> tuple[bool, str]:
     f = _Facts()
     f.need(
-        t["input_requires_grad"] == [False, False] and t["shares_storage"],
+        t["input_requires_grad"] == [False, False] and t["shares_storage"] and t["detach_is_new_tensor"],
         "an input batch does not require grad: detach is a no-op",
     )
     f.need(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -76,3 +77,25 @@ def test_unknown_spelling_is_refused() -> None:
     for mod, arr in ((td, torch.zeros(3)), (jd, jnp.zeros(3))):
         with pytest.raises(ValueError, match=r"how expected one of \['detach_clone', .*\], got 'data'"):
             mod.write_zeros(arr, "data")
+
+
+def test_write_zeros_handles_are_cut_from_the_graph() -> None:
+    """Every handle is stopped; only detach_inplace shares out's storage and version counter.
+
+    The write is never recorded in out's graph (grad_fn stays SigmoidBackward0): the version
+    bump alone is what makes the later backward raise.
+    """
+    for how, shares in (("detach_clone", False), ("detach_inplace", True)):
+        out = torch.sigmoid(torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True))
+        written = td.write_zeros(out, how)
+        assert (written.requires_grad, written.grad_fn) == (False, None), how
+        assert (written.data_ptr() == out.data_ptr(), out._version) == (shares, int(shares)), how
+        assert type(out.grad_fn).__name__ == "SigmoidBackward0", how
+
+
+def test_jax_write_has_no_gradient_path_from_out() -> None:
+    """JAX twin: the functional write overwrites every entry, so written is stopped without stop_gradient."""
+    x = jnp.array([1.0, 2.0])
+    for how in ("detach_clone", "data_inplace", "detach_inplace"):
+        jac = jax.jacobian(lambda v, how=how: jd.write_zeros(jax.nn.sigmoid(v), how))(x)
+        np.testing.assert_array_equal(np.asarray(jac), np.zeros((2, 2)))

@@ -91,3 +91,11 @@ def test_mse_refuses_broadcasting() -> None:
     for mod, arr in ((tf, torch.zeros), (jf, jnp.zeros)):
         with pytest.raises(ValueError, match=r"mse: pred has shape \(4, 2\) but y has shape \(4,\)"):
             mod.mse(arr((4, 2)), arr((4,)))
+
+
+def test_monitoring_statistics_carry_no_graph() -> None:
+    """The statistics are read from stopped features: no graph node, nothing to backpropagate."""
+    fx = fixtures.make("feature_stats", "float64")
+    x, y = torch.tensor(np.array(fx["x"])), torch.tensor(np.array(fx["y"]))
+    _, _, stats = tf.train_step(tf.build_model(fx), x, y, "ported", monitor=True)
+    assert [(s.requires_grad, s.grad_fn) for s in stats] == [(False, None), (False, None)]

@@ -116,7 +116,7 @@ def canonical_named(module: nn.Module, tensors: Mapping[str, torch.Tensor]) -> d
                     f"canonical_named: {name!r} expected shape {tuple(getattr(sub, attr).shape)}, got {tuple(value.shape)}"
                 )
             key = f"{path.replace('.', '/')}/{leaf}" if path else leaf
-            out[key] = to_canon(value.detach().cpu().numpy()).copy()
+            out[key] = to_canon(value.numpy(force=True)).copy()
             seen.add(name)
     extra = sorted(set(tensors) - seen)
     if extra:

@@ -122,13 +122,14 @@ def check_c01() -> dict:
     y = x * 2
     before, version = y.tolist(), y._version
     z = y.detach()  # GRAD-FLOW: C01 a detached alias of y
-    shares = z.data_ptr() == y.data_ptr()
+    shares, alias_flag = z.data_ptr() == y.data_ptr(), z.requires_grad
     z[0] = 100.0
     after, bumped = y.tolist(), y._version > version
     y2 = x * 2
     loss = (y2**2).sum()  # pow saves y2 for backward
     y2.detach()[0] = 100.0  # GRAD-FLOW: C01 a detached alias of y
     saved_error = _error(loss.backward)
+    alias_write_node = type(y2.grad_fn).__name__  # the write through the alias is not recorded
     y3 = x * 2
     w = y3.detach() + 1  # GRAD-FLOW: C01 out-of-place: a new tensor
     w[0] = 100.0
@@ -136,6 +137,8 @@ def check_c01() -> dict:
     snap = y3.detach().clone()  # GRAD-FLOW: C01 the snapshot
     snap[0] = 100.0
     return {
+        "requires_grad": {"alias": alias_flag, "out_of_place": w.requires_grad, "snapshot": snap.requires_grad},
+        "grad_fn_after_alias_write": alias_write_node,
         "y_before": before,
         "y_after_alias_write": after,
         "shares_storage": shares,
@@ -364,12 +367,13 @@ def check_c09() -> dict:
         h = x * 2
     error = _error(lambda: (h * w).sum().backward())
     with torch.no_grad():  # GRAD-FLOW: C09 no graph, normal tensors
-        g = x * 2
+        g = w * 2  # a constant 2·w: the product below is linear in w
     (g * w).sum().backward()
     return {
         "is_inference": torch.is_inference(h),
         "requires_grad": h.requires_grad,
         "error": error,
+        "no_grad_tensor_requires_grad": g.requires_grad,
         "no_grad_tensor_grad": w.grad.tolist(),
         "speed": "see `detach-parity bench`: torch forward_grad / inference_mode and no_grad / inference_mode",
     }
@@ -603,12 +607,13 @@ def check_c17() -> dict:
     d = toy("policy")
     s, w = _t(d["s"]), _t(d["w"], True)
 
-    def select(stop: bool) -> torch.Tensor:
+    def select(stop: bool) -> tuple[torch.Tensor, bool]:
         logits = s @ w  # [B, A]
-        return (logits.detach() if stop else logits).argmax(dim=1)  # GRAD-FLOW: C17 action choice needs no gradient
+        scores = logits.detach() if stop else logits  # GRAD-FLOW: C17 action choice needs no gradient
+        return scores.argmax(dim=1), scores.requires_grad
 
     saved_plain, _ = _saved(lambda: select(False))
-    saved_detach, _ = _saved(lambda: select(True))
+    saved_detach, (_, detached_flag) = _saved(lambda: select(True))
     with torch.no_grad():  # GRAD-FLOW: C17 acting needs no graph
         saved_no_grad, _ = _saved(lambda: select(False))
     logits = (s @ w).detach()  # GRAD-FLOW: C17 the bug: policy-gradient loss on stopped logits
@@ -618,6 +623,7 @@ def check_c17() -> dict:
         "saved_bytes_select": saved_plain["bytes"],
         "saved_bytes_select_detach": saved_detach["bytes"],
         "saved_bytes_select_no_grad": saved_no_grad["bytes"],
+        "detached_scores_requires_grad": detached_flag,
         "pg_loss_on_detached_logits": _error(loss.backward),
     }
 
@@ -671,6 +677,7 @@ def check_c19() -> dict:
     feats = f.detach()  # GRAD-FLOW: C19 statistics of fixed features
     return {
         "std": feats.std(dim=0).tolist(),
+        "std_requires_grad": feats.std(dim=0).requires_grad,
         "std_biased": feats.std(dim=0, correction=0).tolist(),
         "n": feats.shape[0],
         "saved_bytes_grad": saved_grad["bytes"],
@@ -720,11 +727,12 @@ def check_c21() -> dict:
     out.data.zero_()  # the bypass: autograd does not see this write
     out.sum().backward()
     wrong = x.grad.tolist()
-    s = torch.sigmoid(x.detach())
+    s = torch.sigmoid(x)
     x.grad = None
     out = x.sigmoid()
     out.detach().zero_()  # GRAD-FLOW: C21 an alias sharing the version counter
     return {
+        "grad_fn_after_detach_zero": type(out.grad_fn).__name__,
         "data_zero_grad": wrong,
         "right_grad": (s * (1 - s)).tolist(),
         "detach_zero_backward": _error(lambda: out.sum().backward()),
@@ -755,6 +763,7 @@ def check_c22() -> dict:
     return {
         "input_requires_grad": [x.requires_grad, xd.requires_grad],
         "shares_storage": x.data_ptr() == xd.data_ptr(),
+        "detach_is_new_tensor": xd is not x,
         "grad_max_abs_diff": max(float((a - b).abs().max()) for a, b in zip(g_plain, g_det, strict=True)),
         "saved_bytes": [s_plain["bytes"], s_det["bytes"]],
         "backbone_grad_none_features_detached": g_stop[0] is None,
