@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl._common import array, numpy, scenario_run
+from shared.losses import check_same_shape
 
 __all__ = ["write_zeros", "step", "run"]
 
@@ -58,8 +59,10 @@ def step(x: jax.Array, c: jax.Array, how: str) -> tuple[jax.Array, ...]:
     Args: x [N], c [N]. Returns (loss [], dL/dx [N], out before the write [N], written [N],
     out after the write [N] — the same values: arrays are immutable).
     Raises:
-      ValueError: unknown `how` (never the torch RuntimeError: nothing is written in place).
+      ValueError: unknown `how` (never the torch RuntimeError: nothing is written in place), or
+        c's shape differs from x's (no broadcasting in the loss).
     """
+    check_same_shape("step", x=x.shape, c=c.shape)
     (loss, (before, written, after)), grad = _step(x, c, how)
     return loss, grad, before, written, after
 

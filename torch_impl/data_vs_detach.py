@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from shared.losses import check_same_shape
 from torch_impl._common import numpy, scenario_run, tensor
 
 __all__ = ["write_zeros", "step", "run"]
@@ -48,7 +49,9 @@ def step(x: torch.Tensor, c: torch.Tensor, how: str) -> tuple[torch.Tensor | np.
     numpy copy, written [N], out after the write [N]).
     Raises:
       RuntimeError: how == "detach_inplace" ("... modified by an inplace operation").
+      ValueError: c's shape differs from x's (no broadcasting in the loss).
     """
+    check_same_shape("step", x=tuple(x.shape), c=tuple(c.shape))
     out = torch.sigmoid(x)  # saves its output for backward
     loss = (c * out).sum()
     before = numpy(out).copy()  # a record of the values, in its own memory
