@@ -1,8 +1,8 @@
 """p06_batchnorm_stats: BatchNorm running statistics, ported with torch's convention.
 
 Gradient flow: x -> BN_train(x) -> sum(c * out) flows through the batch mean and
-(biased) variance; the running statistics are nnx.BatchStat, updated under
-stop_gradient: running = (1 − m)·running + m·batch, unbiased batch variance (torch).
+(biased) variance; the running statistics are nnx.BatchStat (never differentiated by
+nnx.grad), updated as running = (1 − m)·running + m·batch, unbiased batch variance (torch).
 Port note: nnx.BatchNorm's momentum is the weight of the *old* value (torch m = 0.1 is
 nnx momentum = 0.9) and it stores the biased batch variance, so the port is a small
 module with torch's rule (`_TorchBatchNorm`), or torch's running statistics loaded for
@@ -44,8 +44,8 @@ class _TorchBatchNorm(nnx.Module):
             m, n = self.momentum, x.shape[0]
             mean, var = x.mean(axis=0), x.var(axis=0)  # biased: what the batch is normalised with
             new = ((1 - m) * self.mean[...] + m * mean, (1 - m) * self.var[...] + m * var * n / (n - 1))
-            stats = jax.lax.stop_gradient(new)  # GRAD-FLOW: running statistics are buffers, never parameters
-            self.mean[...], self.var[...] = stats
+            # nnx.BatchStat, not nnx.Param: nnx.grad hands the update out as a plain value (no stop_gradient needed)
+            self.mean[...], self.var[...] = new  # GRAD-FLOW: running statistics are buffers, never parameters
         return (x - mean) / jnp.sqrt(var + EPS) * self.scale[...] + self.bias[...]
 
 
