@@ -99,3 +99,10 @@ def test_monitoring_statistics_carry_no_graph() -> None:
     x, y = torch.tensor(np.array(fx["x"])), torch.tensor(np.array(fx["y"]))
     _, _, stats = tf.train_step(tf.build_model(fx), x, y, "ported", monitor=True)
     assert [(s.requires_grad, s.grad_fn) for s in stats] == [(False, None), (False, None)]
+
+
+def test_jax_monitoring_statistics_have_no_gradient_path() -> None:
+    """JAX twin: differentiated through, the statistics give the features a zero gradient."""
+    features = jnp.array([[0.1, -0.4], [0.7, 0.2], [-0.3, 0.5]])
+    g = jax.grad(lambda f: sum(jnp.sum(s) for s in jf.feature_stats(f, "ported")))(features)
+    np.testing.assert_array_equal(np.asarray(g), np.zeros((3, 2)))

@@ -84,6 +84,16 @@ def test_grad_recorded_flag_can_say_one() -> None:
     assert seen == [1]
 
 
+def test_jax_detach_variant_cuts_inside_a_grad() -> None:
+    """The JAX "detach" port is stop_gradient: differentiated through, the loss gives every parameter 0."""
+    fx = fixtures.make("no_grad_inference", "float32")
+    grads = nnx.grad(lambda m: jn.validate(m, jnp.asarray(fx["x"]), jnp.asarray(fx["labels"]), "detach")[1])(
+        jn.build_model(fx)
+    )
+    leaves = jax.tree.leaves(grads)
+    assert leaves and all(np.all(np.asarray(g) == 0) for g in leaves)
+
+
 def test_detach_records_then_cuts_no_grad_saves_nothing() -> None:
     """C20: same values and flags, but detach builds the graph (tensors saved for backward) before cutting."""
     saved = {}
