@@ -18,7 +18,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, load_params, numpy, scenario_run
+from jax_impl._common import array, check_variant, load_params, numpy, scenario_run
 from shared.losses import check_rank, check_same_shape
 
 __all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "run"]
@@ -61,12 +61,11 @@ def validate(model: Classifier, x: jax.Array, labels: jax.Array, variant: str):
 
     Raises ValueError for a variant other than "no_grad", "inference_mode", "detach".
     """
+    check_variant("no_grad_inference", variant)
     if variant == "detach":
         logits = jax.lax.stop_gradient(model(x))  # GRAD-FLOW: cut the result from the graph
-    elif variant in ("no_grad", "inference_mode"):
-        logits = model(x)  # GRAD-FLOW: validation records no graph
     else:
-        raise ValueError(f"validate: variant expected 'no_grad', 'inference_mode' or 'detach', got {variant!r}")
+        logits = model(x)  # GRAD-FLOW: validation records no graph
     return logits, cross_entropy(logits, labels)
 
 

@@ -121,7 +121,7 @@ def test_no_grad_is_not_detach_everywhere() -> None:
 
 def test_validate_rejects_unknown_variant() -> None:
     model, x, labels, _ = _torch_validate("no_grad")
-    msg = r"validate: variant expected 'no_grad', 'inference_mode' or 'detach', got 'eval'"
+    msg = r"no_grad_inference: variant expected one of \['no_grad', 'inference_mode', 'detach'\], got 'eval'"
     with pytest.raises(ValueError, match=msg):
         tn.validate(model, x, labels, "eval")
     fx = fixtures.make("no_grad_inference", "float32")

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared.losses import check_rank, check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import check_variant, numpy, scenario_run, tensor
 from torch_impl._layout import load_canonical
 
 __all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "run"]
@@ -61,14 +61,13 @@ def validate(model: Classifier, x: torch.Tensor, labels: torch.Tensor, variant: 
 
     Raises ValueError for a variant other than "no_grad", "inference_mode", "detach".
     """
+    check_variant("no_grad_inference", variant)
     if variant == "detach":
         logits = model(x).detach()  # GRAD-FLOW: cut the result from the graph
-    elif variant in ("no_grad", "inference_mode"):
+    else:
         mode = torch.inference_mode if variant == "inference_mode" else torch.no_grad
         with mode():  # GRAD-FLOW: validation records no graph
             logits = model(x)
-    else:
-        raise ValueError(f"validate: variant expected 'no_grad', 'inference_mode' or 'detach', got {variant!r}")
     return logits, cross_entropy(logits, labels)
 
 
