@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from shared.fixtures import Field
+from shared.oracle import adamw
 from shared.parity import Tolerance
 from shared.records import Porting, Scenario
 
@@ -88,25 +89,19 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     x, y = a["x"], a["y"]
     params = {k: a[f"params/{k}"].copy() for k in PARAMS}
     loss0, grads0 = loss_and_grads(params, x, y)
-    lr, b1, b2, eps = (float(a[k]) for k in ("lr", "b1", "b2", "eps"))
-    m = {k: np.zeros_like(v) for k, v in params.items()}
-    v2 = {k: np.zeros_like(v) for k, v in params.items()}
-    scale, tracker, count = float(a["static_scale" if variant == "static" else "init_scale"]), 0, 0
+    scale, tracker = float(a["static_scale" if variant == "static" else "init_scale"]), 0
     scales, skipped = [], []
     for step in range(1, int(a["steps"]) + 1):
         finite = step != int(a["overflow_at"])
-        if finite:  # the reference skips a non-finite step: naive_no_skip's torch twin too
-            _, g = loss_and_grads(params, x, y)
-            count += 1
-            for k in params:
-                m[k] = b1 * m[k] + (1 - b1) * g[k]
-                v2[k] = b2 * v2[k] + (1 - b2) * g[k] ** 2
-                mhat, vhat = m[k] / (1 - b1**count), v2[k] / (1 - b2**count)
-                params[k] = params[k] - lr * mhat / (np.sqrt(vhat) + eps)
         skipped.append(not finite)
         if variant != "static":
             scale, tracker = scale_rule(scale, tracker, finite, a)
         scales.append(scale)
+    # the reference skips a non-finite step entirely (parameters, moments and count unchanged),
+    # so the steps taken are plain Adam steps: naive_no_skip's torch twin too
+    count = skipped.count(False)
+    hyper = {k: float(a[k]) for k in ("lr", "b1", "b2", "eps")}
+    params = adamw(lambda p: loss_and_grads(p, x, y)[1], params, count, weight_decay=0.0, **hyper)
     out = {"loss": np.array(loss0)}
     out.update({f"grads/{k}": g for k, g in grads0.items()})
     out.update({f"grads_full/{k}": g.copy() for k, g in grads0.items()})
