@@ -33,11 +33,11 @@ def write_zeros(out: jax.Array, how: str) -> jax.Array:
       ValueError: unknown `how`.
     """
     if how == "data_inplace":
-        written = out.at[:].set(0.0)  # GRAD-FLOW: out's values hidden from autograd: no version bump
+        written = out.at[:].set(0.0)  # GRAD-FLOW: out.data: torch shares storage, no version bump; JAX: new array
     elif how == "detach_inplace":
-        written = out.at[:].set(0.0)  # GRAD-FLOW: out's values without gradient, sharing out's version counter
+        written = out.at[:].set(0.0)  # GRAD-FLOW: out.detach(): torch shares storage and version; JAX: new array
     elif how == "detach_clone":
-        written = out.at[:].set(0.0)  # GRAD-FLOW: a snapshot without gradient: its own storage
+        written = out.at[:].set(0.0)  # GRAD-FLOW: out.detach().clone(): a snapshot with its own storage in both
     else:
         raise ValueError(f"write_zeros: how expected one of {list(HOW)}, got {how!r}")
     return written  # out-of-place, every entry overwritten: a stop_gradient here would change nothing

@@ -10,7 +10,7 @@ import torch
 from conftest import case_result
 
 from jax_impl import feature_stats as jf
-from shared import fixtures
+from shared import fixtures, oracle
 from torch_impl import feature_stats as tf
 
 GRADS = ("grads/encoder/kernel", "grads/encoder/bias", "grads/head/kernel", "grads/head/bias")
@@ -82,8 +82,10 @@ def test_single_sample_std_is_nan_and_gradient_stays_finite() -> None:
     j = jf.run(one, "ported")
     assert np.all(np.isnan(t["stats/std"])) and np.all(np.isnan(j["stats/std"]))
     np.testing.assert_array_equal(jf.run(one, "naive_ddof0")["stats/std"], 0.0)  # jnp ddof=0: 0, not NaN
+    want = oracle.compute("feature_stats", one, "ported")
     for k in GRADS:  # a NaN statistic of stopped features never reaches the gradient
         assert np.all(np.isfinite(t[k])) and np.any(t[k] != 0)
+        np.testing.assert_allclose(t[k], want[k], rtol=1e-9, atol=1e-12)
         np.testing.assert_allclose(j[k], t[k], rtol=1e-12, atol=1e-15)
 
 

@@ -32,11 +32,11 @@ def write_zeros(out: torch.Tensor, how: str) -> torch.Tensor:
       ValueError: unknown `how`.
     """
     if how == "data_inplace":
-        buf = out.data  # GRAD-FLOW: out's values hidden from autograd: no version bump
+        buf = out.data  # GRAD-FLOW: out.data: torch shares storage, no version bump; JAX: new array
     elif how == "detach_inplace":
-        buf = out.detach()  # GRAD-FLOW: out's values without gradient, sharing out's version counter
+        buf = out.detach()  # GRAD-FLOW: out.detach(): torch shares storage and version; JAX: new array
     elif how == "detach_clone":
-        buf = out.detach().clone()  # GRAD-FLOW: a snapshot without gradient: its own storage
+        buf = out.detach().clone()  # GRAD-FLOW: out.detach().clone(): a snapshot with its own storage in both
     else:
         raise ValueError(f"write_zeros: how expected one of {list(HOW)}, got {how!r}")
     return buf.zero_()

@@ -62,12 +62,18 @@ def build_model(fx) -> Classifier:
 
 
 def make_optimizer(model: Classifier, fx, variant: str) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters; the backbone is frozen in "freeze_params"."""
+    """AdamW over the trainable parameters; the backbone is frozen in "freeze_params".
+
+    "naive_stop_gradient" leaves zero tensors in every .grad (not None), so AdamW decays them.
+    """
     check_variant("frozen_backbone", variant)
     params = model.parameters()
     if variant == "freeze_params":
         model.backbone.requires_grad_(False)  # GRAD-FLOW: differentiate the head only
         params = model.head.parameters()  # GRAD-FLOW: frozen leaves stay out of the optimizer
+    if variant == "naive_stop_gradient":
+        for p in model.parameters():  # what an earlier backward + zero_grad(set_to_none=False) leaves behind
+            p.grad = torch.zeros_like(p)
     betas = (fx.scalar("b1"), fx.scalar("b2"))
     return torch.optim.AdamW(
         params, lr=fx.scalar("lr"), betas=betas, eps=fx.scalar("eps"), weight_decay=fx.scalar("weight_decay")
@@ -102,9 +108,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/<param> of step 1; params/<param> after `steps`; moved/<param> = after - before."""
     model = build_model(fx)
     optimizer = make_optimizer(model, fx, variant)
-    if variant == "naive_stop_gradient":
-        for p in model.parameters():  # what an earlier backward + zero_grad(set_to_none=False) leaves behind
-            p.grad = torch.zeros_like(p)
+
     x, labels = tensor(fx, "x"), tensor(fx, "labels")
     before = canonical_params(model)
     for step in range(int(fx["steps"])):

@@ -97,7 +97,11 @@ def greedy(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def bootstrap(p: dict[str, np.ndarray], next_obs: np.ndarray, variant: str, a_star: np.ndarray) -> np.ndarray:
-    """v(s′) [B] with the greedy action `a_star` held fixed (the pinned tie convention)."""
+    """v(s′) [B] with the greedy action `a_star` held fixed (the pinned tie convention).
+
+    Raises ValueError for an unknown variant.
+    """
+    SPEC.check_variant(variant)
     net = "target" if variant in ("target_network", "double_dqn") else "online"
     return q_values(p, net, next_obs)[np.arange(len(next_obs)), a_star]
 
