@@ -26,7 +26,7 @@ from jax_impl._common import array, flat, numpy, scenario_run
 from shared.losses import check_same_shape
 from shared.scenarios.tbptt import CELLS, window
 
-__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "run"]
+__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "run"]
 
 
 class Recurrent:
@@ -107,6 +107,42 @@ def unroll_windows(model: Recurrent, params: dict, x: jax.Array, h: jax.Array, k
 
     _, ys = jax.lax.scan(run_window, h, x.reshape(t_steps // k, k, *x.shape[1:]))
     return ys.reshape(t_steps, *ys.shape[2:])
+
+
+def train_windows(
+    model: Recurrent, params: dict, x: jax.Array, h: jax.Array, targets: jax.Array, k: int
+) -> tuple[jax.Array, dict]:
+    """Truncated BPTT as a training loop runs it: a scan over windows, each with its own value_and_grad.
+
+    x [T, B, I], h [B, H], targets [T, B, O]. Returns (summed loss [], gradient pytree like
+    params). Under jit only one window's residuals are alive at a time: peak memory is flat
+    in T for a fixed k, where one jax.grad over `unroll` keeps the residuals of all T steps
+    whatever k is (stop_gradient cuts the gradient, not the memory).
+    Raises ValueError unless k divides T (a scan needs equal windows).
+    """
+    t_steps = x.shape[0]
+    if t_steps % k:
+        raise ValueError(f"train_windows: k expected to divide T = {t_steps}, got k = {k}")
+
+    def window_loss(params, h, xs, ts):  # xs [k, B, I], ts [k, B, O]
+        def step(h, inputs):
+            h, y = model(params, inputs[0], h)
+            return h, step_loss(y, inputs[1])
+
+        h, losses = jax.lax.scan(step, h, (xs, ts))
+        return losses.sum(), h
+
+    def run_window(carry, inputs):
+        h, total, grads = carry
+        # only params are differentiated: the carry h is an argument of the window's gradient, not a parameter
+        # GRAD-FLOW: a new window starts from a constant carry
+        (loss, h), g = jax.value_and_grad(window_loss, has_aux=True)(params, h, *inputs)
+        return (h, total + loss, jax.tree.map(jnp.add, grads, g)), None
+
+    windows = (x.reshape(t_steps // k, k, *x.shape[1:]), targets.reshape(t_steps // k, k, *targets.shape[1:]))
+    start = (h, jnp.zeros((), x.dtype), jax.tree.map(jnp.zeros_like, params))
+    (_, total, grads), _ = jax.lax.scan(run_window, start, windows)
+    return total, grads
 
 
 def _losses(params, x, h0, targets, cell, k):

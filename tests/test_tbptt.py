@@ -16,7 +16,7 @@ from shared import fixtures
 from shared.oracle import fd_grad
 from shared.scenarios import tbptt as sc
 from torch_impl import tbptt as tt
-from torch_impl._layout import canonical_params, load_canonical
+from torch_impl._layout import canonical_grads, canonical_params, load_canonical
 
 
 def _reached(out: dict, cell: str) -> list[int]:
@@ -226,3 +226,66 @@ def test_bad_cell_and_loss_shape_raise() -> None:
         tt.step_loss(torch.zeros(2, 1), torch.zeros(2))
     with pytest.raises(ValueError, match=r"step_loss: y has shape \(2, 1\) but target has shape \(2,\)"):
         jt.step_loss(jnp.zeros((2, 1)), jnp.zeros(2))
+
+
+@pytest.mark.parametrize("variant", ["k=1", "k=T"])
+def test_train_windows_gives_the_truncated_gradient(variant: str) -> None:
+    """The per-window training loop (backward per window) == the scenario's gradient, both frameworks, float64."""
+    fx = fixtures.make("tbptt", "float64")
+    expect = case_result("tbptt", variant, "float64", "random").outputs
+    k = sc.window(variant, 24)
+    for cell in sc.CELLS:
+        model = tt.build_model(fx, cell)
+        loss_t = tt.train_windows(
+            model,
+            torch.from_numpy(np.array(fx["x"])),
+            torch.from_numpy(np.array(fx["h0"])),
+            torch.from_numpy(np.array(fx["targets"])),
+            k,
+        )
+        grads_t = canonical_grads(model)
+        with jax.enable_x64(True):
+            model_j, params = jt.build_model(fx, cell)
+            loss_j, grads_j = jax.jit(lambda p, x, h, y, m=model_j: jt.train_windows(m, p, x, h, y, k))(
+                params, *(jnp.asarray(fx[key]) for key in ("x", "h0", "targets"))
+            )
+            grads_j = {
+                "/".join(str(k_.key) for k_ in path): np.asarray(g)
+                for path, g in jax.tree_util.tree_leaves_with_path(grads_j)
+            }
+        for fw, loss, grads in (("torch", loss_t.item(), grads_t), ("jax", float(loss_j), grads_j)):
+            np.testing.assert_allclose(loss, expect[fw][f"{cell}/loss"], rtol=1e-12, err_msg=fw)
+            assert set(grads) == {
+                key.removeprefix(f"{cell}/grads/")
+                for key in expect[fw]
+                if key.startswith(f"{cell}/grads/") and key != f"{cell}/grads/x"
+            }
+            for key, g in grads.items():
+                np.testing.assert_allclose(
+                    g, expect[fw][f"{cell}/grads/{key}"], rtol=1e-10, atol=1e-13, err_msg=f"{fw} {key}"
+                )
+
+
+def test_train_windows_memory_is_flat_in_T_where_one_grad_over_unroll_is_not() -> None:
+    """C11 in JAX: stop_gradient every k steps under one jax.grad keeps all T steps' residuals; a grad per window does not.
+
+    Compiled memory analysis (temp bytes) of the jitted gradient at T = 8 and T = 32, k = 4.
+    """
+    fx = fixtures.make("tbptt", "float32")
+    model, params = jt.build_model(fx, "gru")
+    b, i, o = fx["x"].shape[1], fx["x"].shape[2], fx["targets"].shape[2]
+    h0 = jnp.asarray(fx["h0"])
+
+    def one_grad(p, x, y):
+        return jax.grad(lambda p: jax.vmap(jt.step_loss)(jt.unroll(model, p, x, h0, 4), y).sum())(p)
+
+    def windows(p, x, y):
+        return jt.train_windows(model, p, x, h0, y, 4)[1]
+
+    temp = {}
+    for name, fn in (("one_grad", one_grad), ("windows", windows)):
+        for t in (8, 32):
+            args = (params, jnp.zeros((t, b, i)), jnp.zeros((t, b, o)))
+            temp[name, t] = jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+    assert temp["windows", 32] < 1.1 * temp["windows", 8], temp  # flat up to a few bytes of layout
+    assert temp["one_grad", 32] > 2.5 * temp["one_grad", 8] > 0, temp  # one step's residuals per step

@@ -23,7 +23,7 @@ from shared.scenarios.tbptt import CELLS, window
 from torch_impl._common import numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
-__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "run"]
+__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "run"]
 
 
 class Recurrent(nn.Module):
@@ -82,6 +82,30 @@ def unroll_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, k: int) -
             h, y = model(x_t, h)
             ys.append(y)
     return ys
+
+
+def train_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, targets: torch.Tensor, k: int) -> torch.Tensor:
+    """Truncated BPTT as a training loop runs it: k steps forward, backward, then the next window.
+
+    x [T, B, I], h [B, H], targets [T, B, O]. The gradient of the summed loss accumulates in
+    the parameters' .grad (zero them first); returns the summed loss [] (no graph). Only one
+    window's graph is alive at a time: peak memory is flat in T for a fixed k (C11).
+    Raises ValueError unless k divides T (mirrors the JAX scan over equal windows) or on a
+    targets shape mismatch.
+    """
+    t_steps = x.shape[0]
+    if t_steps % k:
+        raise ValueError(f"train_windows: k expected to divide T = {t_steps}, got k = {k}")
+    total = x.new_zeros(())
+    for start in range(0, t_steps, k):
+        h = h.detach()  # GRAD-FLOW: a new window starts from a constant carry
+        loss = x.new_zeros(())
+        for t in range(start, start + k):
+            h, y = model(x[t], h)
+            loss = loss + step_loss(y, targets[t])
+        loss.backward()  # frees this window's graph before the next window builds its own
+        total += loss.detach()
+    return total
 
 
 @scenario_run("tbptt")

@@ -181,16 +181,22 @@ SPEC = Scenario(
         "k=T": _pattern((), ("t??",)),
     },
     porting=Porting(
-        torch="for t: if t % k == 0: h = h.detach(); h = cell(x[t], h)  (nn.RNNCell / nn.GRUCell)",
+        torch=(
+            "for t: if t % k == 0: h = h.detach(); h = cell(x[t], h)  (nn.RNNCell / nn.GRUCell); a training "
+            "loop calls backward once per window (train_windows)"
+        ),
         jax=(
             "jax.lax.scan over the steps with h = jnp.where(t % k == 0, jax.lax.stop_gradient(h), h), or a "
-            "scan over windows whose body starts with stop_gradient(h); the GRU as a plain function of "
+            "scan over windows whose body starts with stop_gradient(h); for a training loop, a scan over "
+            "windows with one value_and_grad each (train_windows); the GRU as a plain function of "
             "torch's fused weights with b_hn inside the reset gate"
         ),
         trap=(
             "nnx.GRUCell has no slot for torch's b_hn (r * (W_hn h + b_hn)): merging it into the input "
             "bias changes every hidden state (P08). Detach alone saves no memory with one summed loss "
-            "(C11): the activations of all windows stay alive until backward."
+            "(C11): the activations of all windows stay alive until backward; in JAX, stop_gradient under "
+            "one jax.grad keeps every step's residuals too. A backward (value_and_grad) per window keeps "
+            "peak memory flat in T (detach-parity bench tbptt)."
         ),
     ),
 )
