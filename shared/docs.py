@@ -45,6 +45,8 @@ GENERIC_TESTS = frozenset(
         "test_lint.py",
         "test_harness.py",
         "test_layout.py",
+        "test_steps.py",
+        "test_bench.py",
     }
 )
 
