@@ -1,13 +1,14 @@
 # make report : create .venv if missing or stale, then run every scenario, both frameworks, vs the oracle
 # make test   : the same venv, then the pytest suite
 # make selfcheck : mutation self-check (every gradient-control site removed must fail a test)
-# make site   : the static HTML reference in site/ (fresh run, figures, cheat sheet)
+# make site   : the static HTML reference in site/ (fresh run, figures, cheat sheet; bench plots if reports/bench.json exists)
+# make bench  : torch eager vs JAX jit step times, the cost of freezing, tbptt memory; table + reports/bench.json
 VENV    := .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
 
-.PHONY: report test selfcheck site clean
+.PHONY: report test selfcheck site bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,7 +25,11 @@ selfcheck: $(STAMP)
 	$(VENV)/bin/detach-parity selfcheck
 
 site: $(STAMP)
-	$(VENV)/bin/detach-parity site --out site
+	$(VENV)/bin/detach-parity site --out site $(if $(wildcard reports/bench.json),--bench reports/bench.json)
+
+bench: $(STAMP)
+	@mkdir -p reports
+	$(VENV)/bin/detach-parity bench --json reports/bench.json
 
 clean:
 	rm -rf $(VENV) site reports

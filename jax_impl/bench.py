@@ -1,111 +1,151 @@
-"""bench: step time and residual bytes in JAX, stop_gradient vs not / differentiating the head alone.
+"""bench: what one jitted training step costs in JAX: freezing forms, the forward pass, truncated BPTT memory.
 
-What it teaches: what stop_gradient buys at run time. The backbone is the first depth − 1
-layers, the head the last one; a "train" step is a jitted forward + gradient of the trainable
-parameters, a "forward" step the jitted forward pass alone.
-Gradient flow: train_full all layers; train_stop the head only (features stopped);
-train_frozen the head only (jax.grad w.r.t. the head's parameters alone).
-Port note: jit traces once, so stop_gradient prunes the backbone's backward at trace time;
-JAX has no grad mode and no inference mode (torch_impl/bench.py has those variants).
-Shapes: B samples, W width (every layer W -> W).
-Reference: JAX docs, jax.lax.stop_gradient and jax.ad_checkpoint.print_saved_residuals.
+What it teaches: what stop_gradient and its alternatives buy at run time. A frozen backbone
+saves its backward, whichever way it is frozen; truncation saves memory only when each
+window has its own gradient (C11, C16).
+Gradient flow: frozen_backbone `full_finetune` all layers; `detach_features` (stop_gradient)
+and `freeze_params` (nnx.DiffState over the head) the head only. tbptt `windows` takes a
+value_and_grad per window inside a scan; `one_backward` stops the carry every k steps under
+one jax.grad of the summed loss.
+Port note: torch_impl/bench.py has torch's grad modes (no_grad, inference_mode); a jitted JAX
+forward records nothing to begin with, so `forward` is their one counterpart. Memory here
+is the compiled function's memory analysis, not a measured allocator peak.
+Shapes: frozen_backbone B samples, D inputs, H features, C classes; tbptt T, B, I, H, O.
+Reference: JAX docs, jax.stages.Compiled.memory_analysis and jax.lax.stop_gradient;
+Flax NNX docs, nnx.jit and nnx.DiffState; Yosinski et al. 2014, arXiv:1411.1792.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import math
-import re
-import statistics
-import time
+import os
 from collections.abc import Callable
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from jax.ad_checkpoint import print_saved_residuals
+from flax import nnx
 
-__all__ = ["build", "measure"]
+from jax_impl import frozen_backbone, tbptt
+from jax_impl._common import array
 
-_ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2}
+__all__ = ["device", "dispatch_steps", "freezing_steps", "tbptt_step"]
 
-
-def _model(data: dict[str, np.ndarray]) -> tuple[Callable, Callable, Callable, dict, dict, dict]:
-    """full(params), stopped(params), frozen(head, trunk) losses and the parameter groups."""
-    depth = sum(k.startswith("w") for k in data)
-    x = jnp.asarray(data["x"])
-    params = {k: jnp.asarray(v) for k, v in data.items() if k != "x"}
-
-    def backbone(p: dict) -> jax.Array:
-        h = x
-        for i in range(depth - 1):
-            h = jax.nn.relu(h @ p[f"w{i}"] + p[f"b{i}"])  # [B, W]
-        return h
-
-    loss = lambda p, f: jnp.mean((f @ p[f"w{depth - 1}"] + p[f"b{depth - 1}"]) ** 2)
-    full = lambda p: loss(p, backbone(p))
-    stopped = lambda p: loss(p, jax.lax.stop_gradient(backbone(p)))  # GRAD-FLOW: bench features cut
-    frozen = lambda head, trunk: loss(head, backbone({**trunk, **head}))
-    head_keys = (f"w{depth - 1}", f"b{depth - 1}")
-    head = {k: params[k] for k in head_keys}
-    trunk = {k: v for k, v in params.items() if k not in head_keys}
-    return full, stopped, frozen, params, head, trunk
+FORMS = ("windows", "one_backward")
 
 
-def build(data: dict[str, np.ndarray]) -> dict[str, tuple[Callable, tuple]]:
-    """One jitted step per variant, on float32 weights w{i} [W, W], b{i} [W] and x [B, W].
+def device() -> dict[str, object]:
+    """Where JAX runs: {"device": "<platform>:0 (<kind>)", "threads": CPUs XLA may use, "cuda": bool}."""
+    d = jax.devices()[0]
+    threads = len(os.sched_getaffinity(0))  # XLA's CPU thread pool is sized from the CPUs it may run on
+    return {"device": f"{d.platform}:{d.id} ({d.device_kind})", "threads": threads, "cuda": d.platform == "gpu"}
 
-    Returns: {variant: (step, args)}; train steps return the gradients, forward the loss.
+
+def dispatch_steps(fx) -> dict[str, Callable[[], jax.Array]]:
+    """The fixed cost of one call, each doing one elementwise op on the fixture's x [B, D] (float32).
+
+    `jit_call`: a jax.jit function of the array; `nnx_jit_call`: an nnx.jit function that also
+    takes frozen_backbone's model and optimizer, as the scenarios' nnx.jit steps do (nnx.jit
+    splits and merges their graph state in Python on every call).
     """
-    full, stopped, frozen, params, head, trunk = _model(data)
+    x = array(fx, "x")
+    model = frozen_backbone.build_model(fx)
+    optimizer = frozen_backbone.make_optimizer(model, fx, "full_finetune")
     return {
-        "train_full": (jax.jit(jax.grad(full)), (params,)),
-        "train_stop": (jax.jit(jax.grad(stopped)), (params,)),
-        "train_frozen": (jax.jit(jax.grad(frozen)), (head, trunk)),
-        "forward": (jax.jit(full), (params,)),
+        "jit_call": _synced(lambda: _add_one(x)),
+        "nnx_jit_call": _synced(lambda: _add_one_with_state(model, optimizer, x)),
     }
 
 
-def _residual_bytes(fn: Callable, *args) -> int:
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        print_saved_residuals(fn, *args)
-    total = 0
-    for line in buf.getvalue().splitlines():
-        if (
-            (m := re.match(r"(\w+)\[([\d,]*)\]", line.strip()))
-            and "from the argument" not in line
-            and "from a constant" not in line
-        ):
-            total += _ITEMSIZE.get(m.group(1), 4) * math.prod(int(n) for n in m.group(2).split(",") if n)
-    return total
+@jax.jit
+def _add_one(x: jax.Array) -> jax.Array:
+    return x + 1.0
 
 
-def measure(data: dict[str, np.ndarray], repeats: int, inner: int) -> dict[str, dict[str, float]]:
-    """Median seconds per jitted step over `repeats` timings of `inner` steps, and residual bytes.
+@nnx.jit
+def _add_one_with_state(model: frozen_backbone.Classifier, optimizer: nnx.Optimizer, x: jax.Array) -> jax.Array:
+    return x + 1.0
 
-    Returns: {variant: {"median_s": float, "residual_bytes": int}} (bytes of the residuals
-    jax.grad saves, arguments and constants excluded, from jax.ad_checkpoint.print_saved_residuals; 0 for forward).
-    Raises: ValueError if repeats or inner < 1.
+
+def freezing_steps(fx) -> dict[str, Callable[[], jax.Array]]:
+    """One jitted step per way of training the head of frozen_backbone at bench size; each returns its loss [].
+
+    Steps: the scenario's nnx.jit AdamW train_step for `full_finetune`, `detach_features`,
+    `freeze_params`; the parts of the ideal frozen step, `backbone_forward` and `head_step`
+    (head forward, gradient and AdamW on fixed features); and `forward` (the jitted loss).
+    Every step blocks until its results are computed. fx: a float32 frozen_backbone fixture.
     """
-    if repeats < 1 or inner < 1:
-        raise ValueError(f"repeats and inner expected >= 1, got {repeats} and {inner}")
-    full, stopped, frozen, params, head, trunk = _model(data)
-    residuals = {
-        "train_full": _residual_bytes(full, params),
-        "train_stop": _residual_bytes(stopped, params),
-        "train_frozen": _residual_bytes(lambda head: frozen(head, trunk), head),  # trunk: not differentiated
-        "forward": 0,
-    }
-    out = {}
-    for name, (step, args) in build(data).items():
-        jax.block_until_ready(step(*args))  # compile + warm-up
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(inner):
-                jax.block_until_ready(step(*args))
-            times.append((time.perf_counter() - start) / inner)
-        out[name] = {"median_s": statistics.median(times), "residual_bytes": residuals[name]}
-    return out
+    x, labels = array(fx, "x"), array(fx, "labels")
+    steps: dict[str, Callable[[], jax.Array]] = {}
+    for variant in ("full_finetune", "detach_features", "freeze_params"):
+        model = frozen_backbone.build_model(fx)
+        optimizer = frozen_backbone.make_optimizer(model, fx, variant)
+        steps[variant] = _synced(
+            lambda m=model, o=optimizer, v=variant: frozen_backbone.train_step(m, o, x, labels, v)[0]
+        )
+    trainable = frozen_backbone.build_model(fx)
+
+    model = frozen_backbone.build_model(fx)
+    head_optimizer = frozen_backbone.make_optimizer(model, fx, "freeze_params")  # AdamW over the head only
+    features = _backbone_forward(model.backbone, x)  # fixed features of the head_step part
+
+    steps["backbone_forward"] = _synced(lambda: _backbone_forward(model.backbone, x).sum())
+    steps["head_step"] = _synced(lambda: _head_update(model, head_optimizer, features, labels))
+    steps["forward"] = _synced(lambda: _forward(trainable, x, labels))
+    return steps
+
+
+@nnx.jit
+def _backbone_forward(backbone: frozen_backbone.Backbone, x: jax.Array) -> jax.Array:
+    return backbone(x)  # no gradient is taken: the backbone's part of a frozen step is a forward alone
+
+
+@nnx.jit
+def _head_update(model: frozen_backbone.Classifier, optimizer: nnx.Optimizer, f: jax.Array, labels: jax.Array):
+    def loss_fn(model):
+        return frozen_backbone.cross_entropy(model.head(f), labels)
+
+    # GRAD-FLOW: differentiate the head only, on features computed before
+    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, frozen_backbone.HEAD))(model)
+    optimizer.update(model, grads)
+    return loss
+
+
+@nnx.jit
+def _forward(model: frozen_backbone.Classifier, x: jax.Array, labels: jax.Array) -> jax.Array:
+    return frozen_backbone.cross_entropy(model(x, "full_finetune"), labels)
+
+
+def _synced(step: Callable[[], jax.Array]) -> Callable[[], jax.Array]:
+    def run() -> jax.Array:
+        return jax.block_until_ready(step())  # dispatch is asynchronous: wait before the clock stops
+
+    return run
+
+
+def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], jax.Array], Callable[[], int]]:
+    """(step, peak_bytes) of truncated BPTT on the GRU of a tbptt fixture, carry stopped every k steps.
+
+    form "windows": tbptt.train_windows (value_and_grad per window in a scan); "one_backward":
+    tbptt.unroll under one jax.value_and_grad of the summed loss. step() runs the jitted
+    function and returns the summed loss []. peak_bytes() is the compiled function's memory
+    analysis, temp + output bytes (what it allocates beyond its arguments, as the torch twin
+    counts), not a measured peak.
+    Raises ValueError on an unknown form, or as train_windows when k does not divide T.
+    """
+    if form not in FORMS:
+        raise ValueError(f"tbptt_step: form expected one of {FORMS}, got {form!r}")
+    model, params = tbptt.build_model(fx, "gru")
+    args = (params, array(fx, "x"), array(fx, "h0"), array(fx, "targets"))
+    if form == "windows":
+        fn = jax.jit(lambda p, x, h, y: tbptt.train_windows(model, p, x, h, y, k))
+        fn.lower(*args)  # trace now: k must divide T, raised here rather than at the first step
+    else:  # the carry is stopped every k steps, but one gradient keeps every step's residuals
+
+        def summed(p, x, h, y):
+            return jax.vmap(tbptt.step_loss)(tbptt.unroll(model, p, x, h, k), y).sum()
+
+        fn = jax.jit(jax.value_and_grad(summed))
+
+    def peak_bytes() -> int:
+        stats = fn.lower(*args).compile().memory_analysis()
+        return int(stats.temp_size_in_bytes + stats.output_size_in_bytes)
+
+    return _synced(lambda: fn(*args)[0]), peak_bytes

@@ -516,7 +516,7 @@ def check_c16() -> dict:
             "residuals": _residuals(lambda p: _mlp_loss(p, d, "stop"), p),
         },
         "head_only": {"grad_eqns": eqns(frozen, head), "residuals": _residuals(frozen, head)},
-        "speed": "see `detach-parity bench`: jax train_full / train_stop / train_frozen ratios",
+        "speed": "see `detach-parity bench frozen_backbone`: jax full_finetune / detach_features / freeze_params against the ideal",
     }
 
 

@@ -1,138 +1,523 @@
-"""`detach-parity bench [--json PATH] [--repeats N] [--quick]`: timing and memory, torch vs JAX.
+"""`detach-parity bench [SCENARIO ...] [--json PATH] [--repeats N] [--threads N] [--quick]`.
 
-For a compute-bound model (4 × Linear(512), batch 256) and an overhead-bound one (4 × Linear(8),
-batch 4): median step time per variant (torch: train_full / train_detach / train_frozen /
-train_no_grad / forward_grad / forward_no_grad / forward_inference_mode; JAX, jitted:
-train_full / train_stop / train_frozen / forward), the ratios the tutorial speed claims are
-about (C09, C16, C17), torch saved-tensor bytes and JAX residual bytes. Timings are
-measurements, never assertions: the tests check the JSON structure only.
-torch and JAX are imported lazily (inside the functions).
+Measures, side by side in one run (measurements, never test assertions):
+1. every scenario's training step (torch_impl/steps.py eager vs jax_impl/steps.py jit) on the
+   same float32 fixture: median and spread over interleaved repeats (torch, JAX, torch, JAX,
+   ...), the JAX/torch ratio, JAX compile time (first call) apart;
+2. frozen_backbone at a size where the backbone dwarfs the head: `full_finetune`,
+   `detach_features`, `freeze_params` against the ideal frozen step computed from measured
+   parts (backbone forward + head step), next to the tutorial claim of a 15–20 % saving (C16);
+   torch's grad modes for one forward (C09, C17);
+3. truncated BPTT peak memory and step time as T grows, for a fixed k and for k = T, with a
+   backward per window (`windows`) and with one backward of the summed loss (`one_backward`).
+The measuring runs in a fresh interpreter (`python -m shared.bench --worker`): its CPU affinity
+and torch's thread count are set to --threads before torch or JAX start, so both frameworks get
+the same cores. With a CUDA device visible to both, the worker runs there (float32 matmuls
+without TF32); otherwise it says so and runs on the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from shared.cliargs import json_path, positive_int
 
-__all__ = ["MODELS", "QUICK", "RATIOS", "weights", "run_bench", "add_parser", "cmd_bench"]
+__all__ = ["SIZES", "CLAIM_C16", "available_cpus", "scenario_names", "interleaved", "slope", "run", "add_parser"]
 
-# name -> width W, depth (layers, the last one is the head), batch B, steps per timing
-MODELS = {
-    "mlp_4x512": {"width": 512, "depth": 4, "batch": 256, "inner": 2},
-    "tiny_4x8": {"width": 8, "depth": 4, "batch": 4, "inner": 50},
+# Sizes per mode. freezing: frozen_backbone dims (backbone D*H + H*H weights, head H*C);
+# tbptt: GRU dims, the sequence lengths T swept, the fixed truncation k; target_s: the least
+# time one timed block of steps takes (steps are repeated inside a block to reach it).
+SIZES = {
+    "full": {
+        "freezing": {"B": 256, "D": 1024, "H": 1024, "C": 10},
+        "tbptt": {"B": 16, "I": 32, "H": 128, "O": 8, "T": (64, 128, 256, 512, 1024), "k": 32},
+        "target_s": 0.02,
+    },
+    "quick": {
+        "freezing": {"B": 4, "D": 8, "H": 8, "C": 3},
+        "tbptt": {"B": 2, "I": 2, "H": 3, "O": 1, "T": (8, 32), "k": 4},
+        "target_s": 0.0,
+    },
 }
-QUICK = {  # --quick: the same structure, small enough for a test
-    "mlp_4x512": {"width": 32, "depth": 4, "batch": 8, "inner": 1},
-    "tiny_4x8": {"width": 8, "depth": 4, "batch": 4, "inner": 2},
-}
-# (framework, numerator variant, denominator variant, what the ratio answers)
-RATIOS = (
-    ("torch", "train_full", "train_detach", "C16: detach vs no freezing"),
-    ("torch", "train_full", "train_frozen", "C16: requires_grad_(False) vs no freezing"),
-    ("torch", "train_detach", "train_frozen", "C16: detach vs proper freezing"),
-    ("torch", "train_detach", "train_no_grad", "C16: detach vs no_grad backbone"),
-    ("torch", "forward_grad", "forward_no_grad", "C17/C19: graph building vs no_grad"),
-    ("torch", "forward_grad", "forward_inference_mode", "C09: grad mode vs inference_mode"),
-    ("torch", "forward_no_grad", "forward_inference_mode", "C09: no_grad vs inference_mode"),
-    ("jax", "train_full", "train_stop", "stop_gradient vs no freezing (jit)"),
-    ("jax", "train_full", "train_frozen", "grad of the head alone vs no freezing (jit)"),
-    ("jax", "train_stop", "train_frozen", "stop_gradient vs grad of the head alone (jit)"),
-)
-# torch variant -> its JAX counterpart, for torch/JAX time ratios
-COUNTERPARTS = {
-    "train_full": "train_full",
-    "train_detach": "train_stop",
-    "train_frozen": "train_frozen",
-    "forward_no_grad": "forward",
-}
+CLAIM_C16 = {"id": "C16", "claim": "detach speeds training up by 15–20 %", "saving": (0.15, 0.20)}
+FREEZING_VARIANTS = ("full_finetune", "detach_features", "freeze_params")
 
 
-def weights(width: int, depth: int, batch: int, seed: int = 0) -> dict[str, np.ndarray]:
-    """float32 x [B, W], w{i} [W, W] (He-scaled), b{i} [W] for i < depth; canonical [in, out]."""
-    rng = np.random.default_rng(seed)
-    out = {"x": rng.standard_normal((batch, width)).astype(np.float32)}
-    for i in range(depth):
-        out[f"w{i}"] = (rng.standard_normal((width, width)) * np.sqrt(2 / width)).astype(np.float32)
-        out[f"b{i}"] = np.zeros(width, np.float32)
-    return out
+def available_cpus() -> list[int]:
+    """The CPU ids this process may run on (os.sched_getaffinity), sorted."""
+    return sorted(os.sched_getaffinity(0))
 
 
-def run_bench(repeats: int = 20, quick: bool = False) -> dict:
-    """Measure every model and variant; returns the JSON payload (see module docstring).
+def scenario_names() -> tuple[str, ...]:
+    """The scenarios with a training step: the registry's family "scenarios", in teaching order."""
+    from shared import registry
 
-    Raises: ValueError if repeats < 1.
+    return tuple(n for n in registry.names() if registry.get(n).family == "scenarios")
+
+
+def _stats(times: Sequence[float]) -> dict[str, float]:
+    q = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [times[0]] * 3
+    return {"median_s": statistics.median(times), "p25_s": q[0], "p75_s": q[2], "min_s": min(times), "n": len(times)}
+
+
+def interleaved(
+    steps: Mapping[str, Callable[[], object]], repeats: int, target_s: float
+) -> dict[str, dict[str, float]]:
+    """Time every step, interleaved: one block of each per round (A B A B ...), `repeats` rounds.
+
+    The first call of each step is timed apart (`first_call_s`: JAX traces and compiles there,
+    torch warms its caches); the second call sets how many steps a block repeats to last at
+    least target_s. Returns {label: {median_s, p25_s, p75_s, min_s, n, first_call_s, inner}},
+    seconds per step. Raises ValueError if repeats < 1 or there is no step.
     """
     if repeats < 1:
         raise ValueError(f"repeats expected >= 1, got {repeats}")
-    import torch
+    if not steps:
+        raise ValueError("steps expected at least one step to time, got none")
+    first, inner = {}, {}
+    for label, step in steps.items():
+        start = time.perf_counter()
+        step()
+        first[label] = time.perf_counter() - start
+        start = time.perf_counter()
+        step()
+        inner[label] = max(1, min(1000, math.ceil(target_s / max(time.perf_counter() - start, 1e-7))))
+    times: dict[str, list[float]] = {label: [] for label in steps}
+    for _ in range(repeats):
+        for label, step in steps.items():
+            start = time.perf_counter()
+            for _ in range(inner[label]):
+                step()
+            times[label].append((time.perf_counter() - start) / inner[label])
+    return {label: {**_stats(times[label]), "first_call_s": first[label], "inner": inner[label]} for label in steps}
 
+
+def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of ys against xs. Raises ValueError with fewer than two distinct xs."""
+    if len(xs) != len(ys) or len(set(xs)) < 2:
+        raise ValueError(f"slope: expected >= 2 distinct x values and as many ys, got xs={xs}, ys={ys}")
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+# ---------------------------------------------------------------- worker (fresh interpreter)
+
+
+def _fixture(name: str, dims: Mapping[str, int], seed: int = 0):
+    """A float32 fixture of frozen_backbone or tbptt at bench size, validated like any other."""
+    import numpy as np
+
+    from shared.fixtures import from_arrays
+
+    rng = np.random.Generator(np.random.PCG64(seed))
+    f32 = np.float32
+    if name == "frozen_backbone":
+        b, d, h, c = (dims[k] for k in "BDHC")
+        arrays = {
+            "x": rng.normal(size=(b, d)).astype(f32),
+            "labels": rng.integers(0, c, size=b).astype(np.int64),
+            "params/backbone/l1/kernel": (rng.normal(size=(d, h)) / np.sqrt(d)).astype(f32),
+            "params/backbone/l1/bias": np.zeros(h, f32),
+            "params/backbone/l2/kernel": (rng.normal(size=(h, h)) / np.sqrt(h)).astype(f32),
+            "params/backbone/l2/bias": np.zeros(h, f32),
+            "params/head/kernel": (rng.normal(size=(h, c)) / np.sqrt(h)).astype(f32),
+            "params/head/bias": np.zeros(c, f32),
+            **{k: np.array(v, f32) for k, v in dict(lr=1e-3, weight_decay=1e-2, b1=0.9, b2=0.999, eps=1e-8).items()},
+            "steps": np.array(1, np.int64),
+        }
+    else:
+        from shared.scenarios.tbptt import PARAMS
+
+        sizes = {**dims, "G": 3 * dims["H"]}
+        arrays = {
+            "x": rng.normal(size=(sizes["T"], sizes["B"], sizes["I"])).astype(f32),
+            "targets": rng.normal(size=(sizes["T"], sizes["B"], sizes["O"])).astype(f32),
+            "h0": np.zeros((sizes["B"], sizes["H"]), f32),
+        }
+        for key, shape in PARAMS.items():
+            fan_in = sizes[shape[0]] if len(shape) == 2 else sizes["H"]
+            arrays[f"params/{key}"] = (rng.normal(size=tuple(sizes[s] for s in shape)) / np.sqrt(fan_in)).astype(f32)
+    return from_arrays(name, arrays, case="bench")
+
+
+def _pin(threads: int) -> list[int]:
+    """Restrict this process to `threads` CPUs before torch and JAX start; returns their ids."""
+    cpus = available_cpus()[:threads]
+    os.sched_setaffinity(0, cpus)  # JAX sizes its CPU thread pool from this; torch is set below too
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    return cpus
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _scenarios_section(names, repeats, target_s, progress) -> tuple[dict, dict]:
+    from jax_impl import bench as jax_bench
+    from jax_impl import steps as jax_steps
+    from shared import registry
+    from shared.fixtures import make
+    from torch_impl import bench as torch_bench
+    from torch_impl import steps as torch_steps
+
+    progress("per-call overhead")
+    fx = make("frozen_backbone", "float32", seed=0)
+    overhead = interleaved(
+        {**torch_bench.dispatch_steps(fx), **jax_bench.dispatch_steps(fx)}, repeats, max(target_s, 1e-3)
+    )
+    out = {}
+    for name in names:
+        spec = registry.get(name)
+        progress(f"scenario {name}")
+        fx = make(name, "float32", seed=0, case=spec.cases[0])
+        timed = interleaved(
+            {"torch": torch_steps.scenario_step(name, fx), "jax": jax_steps.scenario_step(name, fx)}, repeats, target_s
+        )
+        out[name] = {
+            "variant": spec.variants[0],
+            "case": spec.cases[0],
+            "fields": {k: list(v.shape) for k, v in fx.items()},
+            "torch": timed["torch"],
+            "jax": timed["jax"],
+            "jax_over_torch": timed["jax"]["median_s"] / timed["torch"]["median_s"],
+        }
+    return out, overhead
+
+
+def _freezing_section(dims, repeats, target_s, progress) -> dict:
     from jax_impl import bench as jax_bench
     from torch_impl import bench as torch_bench
 
-    models = {}
-    for name, cfg in (QUICK if quick else MODELS).items():
-        data = weights(cfg["width"], cfg["depth"], cfg["batch"])
-        t = torch_bench.measure(data, repeats, cfg["inner"])
-        j = jax_bench.measure(data, repeats, cfg["inner"])
-        side = {"torch": t, "jax": j}
-        ratios = {
-            f"{fw} {num}/{den}": {"ratio": side[fw][num]["median_s"] / side[fw][den]["median_s"], "about": about}
-            for fw, num, den, about in RATIOS
+    progress("frozen_backbone at bench size")
+    fx = _fixture("frozen_backbone", dims)
+    t_steps, j_steps = torch_bench.freezing_steps(fx), jax_bench.freezing_steps(fx)
+    both = {}
+    for label in dict.fromkeys([*t_steps, *j_steps]):  # torch then JAX per label: interleaved
+        if label in t_steps:
+            both[f"torch/{label}"] = t_steps[label]
+        if label in j_steps:
+            both[f"jax/{label}"] = j_steps[label]
+    timed = interleaved(both, repeats, target_s)
+    per_fw = {
+        fw: {k.split("/", 1)[1]: v for k, v in timed.items() if k.startswith(fw + "/")} for fw in ("torch", "jax")
+    }
+    summary = {}
+    for fw, steps in per_fw.items():
+        full = steps["full_finetune"]["median_s"]
+        ideal = steps["backbone_forward"]["median_s"] + steps["head_step"]["median_s"]
+        summary[fw] = {
+            "full_finetune_s": full,
+            "ideal_s": ideal,
+            "ideal_saving": 1 - ideal / full,
+            "saving": {v: 1 - steps[v]["median_s"] / full for v in FREEZING_VARIANTS[1:]},
+            "over_ideal": {v: steps[v]["median_s"] / ideal for v in FREEZING_VARIANTS[1:]},
         }
-        torch_over_jax = {f"{tv}/{jv}": t[tv]["median_s"] / j[jv]["median_s"] for tv, jv in COUNTERPARTS.items()}
-        models[name] = {"config": cfg, "torch": t, "jax": j, "ratios": ratios, "torch_over_jax": torch_over_jax}
+    t = per_fw["torch"]
+    grad_modes = {
+        "forward_grad/forward_no_grad": t["forward_grad"]["median_s"] / t["forward_no_grad"]["median_s"],
+        "forward_grad/forward_inference_mode": t["forward_grad"]["median_s"] / t["forward_inference_mode"]["median_s"],
+        "forward_no_grad/forward_inference_mode": t["forward_no_grad"]["median_s"]
+        / t["forward_inference_mode"]["median_s"],
+        "detach_features/no_grad_backbone": t["detach_features"]["median_s"] / t["no_grad_backbone"]["median_s"],
+    }
+    d, h, c = dims["D"], dims["H"], dims["C"]
     return {
-        "settings": {"repeats": repeats, "quick": quick, "torch_threads": torch.get_num_threads()},
-        "models": models,
+        "config": {**dims, "backbone_params": d * h + h + h * h + h, "head_params": h * c + c},
+        "torch": per_fw["torch"],
+        "jax": per_fw["jax"],
+        "summary": summary,
+        "jax_over_torch": {v: per_fw["jax"][v]["median_s"] / t[v]["median_s"] for v in FREEZING_VARIANTS},
+        "torch_ratios": grad_modes,
+        "claim": dict(CLAIM_C16),
     }
 
 
+def _tbptt_section(cfg, repeats, target_s, progress) -> dict:
+    from jax_impl import bench as jax_bench
+    from torch_impl import bench as torch_bench
+
+    k_fixed, rows = cfg["k"], []
+    dims = {key: cfg[key] for key in ("B", "I", "H", "O")}
+    for t_steps in cfg["T"]:
+        fx = _fixture("tbptt", {**dims, "T": t_steps})
+        for form, k in (("windows", k_fixed), ("one_backward", k_fixed), ("windows", t_steps)):
+            progress(f"tbptt T={t_steps} {form} k={k}")
+            t_step, t_peak = torch_bench.tbptt_step(fx, form, k)
+            j_step, j_peak = jax_bench.tbptt_step(fx, form, k)
+            timed = interleaved({"torch": t_step, "jax": j_step}, repeats, target_s)
+            peaks = {"torch": t_peak(), "jax": j_peak()}
+            for fw in ("torch", "jax"):
+                label = "k=T" if k == t_steps else f"k={k}"
+                rows.append(
+                    {"framework": fw, "form": form, "k": label, "T": t_steps, "peak_bytes": peaks[fw]} | timed[fw]
+                )
+    growth = {}
+    for fw in ("torch", "jax"):
+        for form, label in (("windows", f"k={k_fixed}"), ("one_backward", f"k={k_fixed}"), ("windows", "k=T")):
+            sel = [r for r in rows if (r["framework"], r["form"], r["k"]) == (fw, form, label)]
+            ts = [r["T"] for r in sel]
+            peak = [r["peak_bytes"] for r in sel]
+            growth[f"{fw} {form} {label}"] = {
+                "bytes_per_step": slope(ts, peak),
+                "seconds_per_step": slope(ts, [r["median_s"] for r in sel]),
+                "peak_ratio": peak[-1] / peak[0] if peak[0] else math.inf,
+                "T_ratio": ts[-1] / ts[0],
+            }
+    return {"config": {**dims, "k": k_fixed, "T": list(cfg["T"]), "cell": "gru"}, "rows": rows, "growth": growth}
+
+
+def _worker(config: dict, out_path: str) -> None:
+    """Measure in this fresh interpreter and write the payload as JSON to out_path."""
+    cpus = _pin(config["threads"])
+    err = Console(stderr=True)
+    progress = (lambda text: None) if config["quiet"] else (lambda text: err.print(f"[dim]bench: {text}[/dim]"))
+    import jax
+    import torch
+
+    torch.set_num_threads(config["threads"])
+    torch.backends.cuda.matmul.allow_tf32 = False  # same float32 matmuls as JAX's "highest" precision
+    torch.backends.cudnn.allow_tf32 = False
+    if torch.cuda.is_available():
+        torch.set_default_device("cuda")  # every tensor a scenario creates lands on the GPU
+    from jax_impl import bench as jax_bench
+    from torch_impl import bench as torch_bench
+
+    devices = {"torch": torch_bench.device(), "jax": jax_bench.device()}
+    if devices["torch"]["cuda"] != devices["jax"]["cuda"]:
+        note = "torch and JAX run on different devices here: the JAX/torch ratios compare devices, not frameworks"
+    elif devices["torch"]["cuda"]:
+        note = "CUDA device present: both frameworks ran on the GPU, float32 matmuls without TF32"
+    else:
+        note = "no CUDA device (torch.cuda.is_available() is False, jax.devices() is CPU): ran on the CPU"
+    sizes = SIZES[config["mode"]]
+    repeats, target_s = config["repeats"], sizes["target_s"]
+    payload = {
+        "machine": {
+            "cpu": _cpu_model(),
+            "cpus_available": len(available_cpus()),
+            "cpus_used": cpus,
+            "threads": config["threads"],
+            "devices": devices,
+            "note": note,
+            "jax_backend": jax.default_backend(),
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        },
+        "settings": {"repeats": repeats, "mode": config["mode"], "dtype": "float32", "target_block_s": target_s},
+    }
+    payload["scenarios"], payload["overhead"] = _scenarios_section(config["scenarios"], repeats, target_s, progress)
+    if config["freezing"]:
+        payload["freezing"] = _freezing_section(sizes["freezing"], repeats, target_s, progress)
+    if config["tbptt"]:
+        payload["tbptt_memory"] = _tbptt_section(sizes["tbptt"], max(1, min(repeats, 5)), target_s, progress)
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh)
+
+
+# ---------------------------------------------------------------- command line
+
+
+def run(
+    scenarios: Sequence[str] | None = None,
+    repeats: int = 15,
+    threads: int | None = None,
+    quick: bool = False,
+    quiet: bool = True,
+) -> dict:
+    """Run the bench in a fresh interpreter and return its payload (see the module docstring).
+
+    scenarios: names of family "scenarios" (default all); frozen_backbone adds section 2 and
+    tbptt section 3, and both run when no name is given. threads: CPUs for both frameworks
+    (default all this process may use).
+    Raises ValueError on an unknown scenario, repeats < 1 or threads outside [1, available];
+    RuntimeError if the worker fails (its stderr was shown).
+    """
+    known = scenario_names()
+    names = list(known) if not scenarios else list(dict.fromkeys(scenarios))
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"bench: scenario expected one of {list(known)}, got {unknown}")
+    if repeats < 1:
+        raise ValueError(f"bench: repeats expected >= 1, got {repeats}")
+    cpus = len(available_cpus())
+    threads = cpus if threads is None else threads
+    if not 1 <= threads <= cpus:
+        raise ValueError(f"bench: threads expected 1..{cpus} (the CPUs this process may use), got {threads}")
+    config = {
+        "scenarios": names,
+        "freezing": "frozen_backbone" in names,
+        "tbptt": "tbptt" in names,
+        "repeats": repeats,
+        "threads": threads,
+        "mode": "quick" if quick else "full",
+        "quiet": quiet,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "bench.json"
+        cmd = [sys.executable, "-m", "shared.bench", "--worker", json.dumps(config), str(out)]
+        proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent, check=False)
+        if proc.returncode != 0 or not out.exists():
+            raise RuntimeError(f"bench: the measuring process failed with exit code {proc.returncode} (see above)")
+        return json.loads(out.read_text(encoding="utf-8"))
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _spread(r: Mapping[str, float]) -> str:
+    return f"{_ms(r['median_s'])} ±{100 * (r['p75_s'] - r['p25_s']) / 2 / r['median_s']:.0f}%"
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"
+
+
+def print_tables(payload: Mapping, console: Console) -> None:
+    """The payload as rich tables: per-scenario steps, freezing (C16), grad modes, tbptt memory."""
+    m = payload["machine"]
+    where = f"{m['devices']['torch']['device']} / {m['devices']['jax']['device']}, {m['threads']} thread(s)"
+    console.print(f"[bold]bench[/bold] on {m['cpu']} — {where}. {m['note']}.")
+    table = Table(title="Training step per scenario: torch eager vs JAX jit (float32, the scenario's fixture)")
+    for col in ("scenario", "variant", "torch (median ±IQR/2)", "JAX", "JAX/torch", "JAX compile", "torch 1st call"):
+        table.add_column(col, justify="left" if col in ("scenario", "variant") else "right")
+    for name, r in payload["scenarios"].items():
+        table.add_row(
+            name,
+            r["variant"],
+            _spread(r["torch"]),
+            _spread(r["jax"]),
+            f"{r['jax_over_torch']:.2f}×",
+            _ms(r["jax"]["first_call_s"]),
+            _ms(r["torch"]["first_call_s"]),
+        )
+    console.print(table)
+    o = payload["overhead"]
+    console.print(
+        f"Per-call overhead (one elementwise op): torch eager {o['eager_op']['median_s'] * 1e6:.1f} µs, "
+        f"jax.jit {o['jit_call']['median_s'] * 1e6:.1f} µs, nnx.jit with a model and optimizer "
+        f"{o['nnx_jit_call']['median_s'] * 1e6:.1f} µs: at fixture sizes a step's time is mostly this."
+    )
+    if "freezing" in payload:
+        f = payload["freezing"]
+        cfg = f["config"]
+        title = (
+            f"frozen_backbone B={cfg['B']} D={cfg['D']} H={cfg['H']} C={cfg['C']}: "
+            f"backbone {cfg['backbone_params']:,} params, head {cfg['head_params']:,}"
+        )
+        table = Table(title=title)
+        for col in ("step", "torch", "JAX", "torch saving", "JAX saving"):
+            table.add_column(col, justify="left" if col == "step" else "right")
+        for label in dict.fromkeys([*f["torch"], *f["jax"]]):
+            cells = [_spread(f[fw][label]) if label in f[fw] else "—" for fw in ("torch", "jax")]
+            saving = [
+                f"{100 * f['summary'][fw]['saving'][label]:.1f} %" if label in f["summary"][fw]["saving"] else ""
+                for fw in ("torch", "jax")
+            ]
+            table.add_row(label, *cells, *saving)
+        ideal = [_ms(f["summary"][fw]["ideal_s"]) for fw in ("torch", "jax")]
+        ideal_saving = [f"{100 * f['summary'][fw]['ideal_saving']:.1f} %" for fw in ("torch", "jax")]
+        table.add_row("ideal = backbone_forward + head_step", *ideal, *ideal_saving, style="bold")
+        console.print(table)
+        s = f["summary"]
+        console.print(
+            f"C16 claims detach saves 15–20 %. Measured against full_finetune: detach_features saves "
+            f"{100 * s['torch']['saving']['detach_features']:.1f} % (torch) / {100 * s['jax']['saving']['detach_features']:.1f} % (JAX), "
+            f"the ideal {100 * s['torch']['ideal_saving']:.1f} % / {100 * s['jax']['ideal_saving']:.1f} %; "
+            f"detach / freeze_params = {f['torch']['detach_features']['median_s'] / f['torch']['freeze_params']['median_s']:.2f}× (torch), "
+            f"{f['jax']['detach_features']['median_s'] / f['jax']['freeze_params']['median_s']:.2f}× (JAX)."
+        )
+        ratios = Table(title="torch ratios (> 1: the second is faster)")
+        ratios.add_column("ratio")
+        ratios.add_column("value", justify="right")
+        for key, value in f["torch_ratios"].items():
+            ratios.add_row(key, f"{value:.2f}×")
+        console.print(ratios)
+    if "tbptt_memory" in payload:
+        tb = payload["tbptt_memory"]
+        cfg = tb["config"]
+        table = Table(title=f"tbptt GRU B={cfg['B']} I={cfg['I']} H={cfg['H']}: peak memory and step time as T grows")
+        for col in ("T", "form", "k", "torch peak", "JAX peak", "torch step", "JAX step"):
+            table.add_column(col, justify="right")
+        pairs: dict[tuple, dict] = {}
+        for r in tb["rows"]:
+            pairs.setdefault((r["T"], r["form"], r["k"]), {})[r["framework"]] = r
+        for (t_steps, form, k), p in pairs.items():
+            table.add_row(
+                str(t_steps),
+                form,
+                k,
+                _mb(p["torch"]["peak_bytes"]),
+                _mb(p["jax"]["peak_bytes"]),
+                _ms(p["torch"]["median_s"]),
+                _ms(p["jax"]["median_s"]),
+            )
+        console.print(table)
+        growth = Table(title=f"growth from T={cfg['T'][0]} to T={cfg['T'][-1]} (×{cfg['T'][-1] // cfg['T'][0]})")
+        for col in ("framework, form, k", "peak ×", "bytes / step", "seconds / step"):
+            growth.add_column(col, justify="left" if col.startswith("framework") else "right")
+        for key, g in tb["growth"].items():
+            growth.add_row(
+                key, f"{g['peak_ratio']:.2f}×", f"{g['bytes_per_step']:,.0f}", f"{g['seconds_per_step'] * 1e6:.1f} µs"
+            )
+        console.print(growth)
+
+
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
-    """Run the bench, print the tables, write JSON on request; 0 (bad arguments exit 2 in argparse)."""
+    """Run the bench, print the tables, write JSON on request; 0, or 2 on a bad argument."""
     from shared.cli import _versions
 
     start = time.perf_counter()
-    with contextlib.nullcontext() if args.quiet else console.status("benchmarking"):
-        payload = run_bench(args.repeats, args.quick)
+    try:
+        payload = run(args.scenarios, args.repeats, args.threads, args.quick, args.quiet)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        return 2
     payload = {"versions": _versions(), **payload, "seconds": round(time.perf_counter() - start, 3)}
-    for name, m in payload["models"].items():
-        table = Table(title=f"{name} {m['config']}: median step time", header_style="bold")
-        for col in ("framework", "variant", "median", "saved / residual bytes"):
-            table.add_column(col, justify="left" if col in ("framework", "variant") else "right")
-        for fw in ("torch", "jax"):
-            for variant, r in m[fw].items():
-                nbytes = r.get("saved_bytes", r.get("residual_bytes"))
-                table.add_row(fw, variant, f"{r['median_s'] * 1e3:.3f} ms", f"{nbytes:,}")
-        console.print(table)
-        ratios = Table(title=f"{name}: ratios (> 1: the denominator is faster)", header_style="bold")
-        for col in ("ratio", "value", "about"):
-            ratios.add_column(col)
-        for key, r in m["ratios"].items():
-            ratios.add_row(key, f"{r['ratio']:.2f}×", r["about"])
-        for key, r in m["torch_over_jax"].items():
-            ratios.add_row(f"torch/jax {key}", f"{r:.2f}×", "same step, torch eager vs JAX jit")
-        console.print(ratios)
-    console.print(f"bench done in {payload['seconds']:.1f} s ({args.repeats} repeats; measurements, not assertions)")
+    print_tables(payload, console)
+    console.print(f"bench done in {payload['seconds']:.1f} s (measurements, not assertions)")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=2, sort_keys=True)
             fh.write("\n")
+        console.print(f"wrote {args.json}")
     return 0
 
 
 def add_parser(sub) -> None:
     """Register the `bench` subcommand on an argparse subparsers object."""
-    p = sub.add_parser("bench", help="timing and memory, torch vs JAX, detach vs not / no_grad / freezing")
-    p.add_argument("--repeats", type=positive_int, default=20, help="timings per variant, median reported (default 20)")
-    p.add_argument("--quick", action="store_true", help="small models (smoke test of the bench itself)")
+    p = sub.add_parser("bench", help="step time and memory, torch eager vs JAX jit; what stopping gradients saves")
+    p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help="scenarios to measure (default: all 15)")
+    p.add_argument(
+        "--repeats", type=positive_int, default=15, help="timed rounds per step, median reported (default 15)"
+    )
+    p.add_argument("--threads", type=positive_int, help="CPUs for both frameworks (default: all available)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test of the bench itself)")
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the measurements as JSON")
-    p.add_argument("--quiet", action="store_true", help="no spinner")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_bench)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+    _worker(json.loads(sys.argv[2]), sys.argv[3])

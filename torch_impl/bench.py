@@ -1,114 +1,188 @@
-"""bench: step time and saved-tensor bytes in PyTorch, detach vs not / no_grad / inference_mode / freezing.
+"""bench: what one training step costs in PyTorch eager: freezing forms, grad modes, truncated BPTT memory.
 
-What it teaches: what detach() buys at run time. The backbone is the first depth − 1 layers,
-the head the last one; a "train" step is forward + gradient of the trainable parameters, a
-"forward" step the forward pass alone.
-Gradient flow: train_full all layers; train_detach / train_frozen / train_no_grad the head only
-(features detached, backbone requires_grad_(False), backbone under no_grad).
-Port note: the JAX twin (jax_impl/bench.py) jits each step; stop_gradient or differentiating
-the head alone are its freezing forms, and there is no inference mode.
-Shapes: B samples, W width (every layer W -> W).
-Reference: PyTorch docs, "Autograd mechanics" (saved tensors hooks) and torch.inference_mode.
+What it teaches: what detach() and its alternatives buy at run time. A frozen backbone saves
+its backward, whichever way it is frozen; truncation saves memory only when backward runs
+per window (C11, C16).
+Gradient flow: frozen_backbone `full_finetune` all layers; `detach_features`, `freeze_params`
+and `no_grad_backbone` the head only. tbptt `windows` calls backward once per window;
+`one_backward` detaches the carry every k steps and calls backward once on the summed loss.
+Port note: the JAX twin (jax_impl/bench.py) jits every step and reads memory from the compiled
+function; torch has grad modes (no_grad, inference_mode) that JAX does not need.
+Shapes: frozen_backbone B samples, D inputs, H features, C classes; tbptt T, B, I, H, O.
+Reference: PyTorch docs, "Autograd mechanics", torch.profiler (profile_memory=True),
+torch.cuda.max_memory_allocated; Yosinski et al. 2014, arXiv:1411.1792.
 """
 
 from __future__ import annotations
 
-import statistics
-import time
+import contextlib
+import os
+import sys
 from collections.abc import Callable
 
-import numpy as np
 import torch
+from torch import nn
 
-__all__ = ["build", "measure"]
+from torch_impl import frozen_backbone, tbptt
+from torch_impl._common import tensor
 
+__all__ = ["device", "dispatch_steps", "freezing_steps", "tbptt_step"]
 
-def _model(data: dict[str, np.ndarray]) -> tuple[dict[str, Callable[[], object]], list[torch.Tensor]]:
-    """The step functions and the argument tensors (input, weights) they close over."""
-    depth = sum(k.startswith("w") for k in data)
-    x = torch.tensor(data["x"])
-    ws = [torch.tensor(data[f"w{i}"], requires_grad=True) for i in range(depth)]
-    bs = [torch.tensor(data[f"b{i}"], requires_grad=True) for i in range(depth)]
-    frozen = [(w.detach(), b.detach()) for w, b in zip(ws[:-1], bs[:-1], strict=True)]  # requires_grad False
-    head = [ws[-1], bs[-1]]
-
-    def backbone(layers) -> torch.Tensor:
-        h = x
-        for w, b in layers:
-            h = torch.relu(h @ w + b)  # [B, W]
-        return h
-
-    trunk = list(zip(ws[:-1], bs[:-1], strict=True))
-    loss = lambda f: ((f @ ws[-1] + bs[-1]) ** 2).mean()
-
-    def train_no_grad():
-        with torch.no_grad():  # GRAD-FLOW: bench no graph for the backbone
-            f = backbone(trunk)
-        return torch.autograd.grad(loss(f), head)
-
-    def forward_no_grad():
-        with torch.no_grad():  # GRAD-FLOW: bench no graph at all
-            return loss(backbone(trunk))
-
-    def forward_inference_mode():
-        with torch.inference_mode():  # GRAD-FLOW: bench no autograd at all
-            return loss(backbone(trunk))
-
-    steps = {
-        "train_full": lambda: torch.autograd.grad(loss(backbone(trunk)), ws + bs),
-        "train_detach": lambda: torch.autograd.grad(
-            loss(backbone(trunk).detach()), head
-        ),  # GRAD-FLOW: bench features cut
-        "train_frozen": lambda: torch.autograd.grad(loss(backbone(frozen)), head),
-        "train_no_grad": train_no_grad,
-        "forward_grad": lambda: loss(backbone(trunk)),
-        "forward_no_grad": forward_no_grad,
-        "forward_inference_mode": forward_inference_mode,
-    }
-    return steps, [x, *ws, *bs]
+FORMS = ("windows", "one_backward")
 
 
-def build(data: dict[str, np.ndarray]) -> dict[str, Callable[[], object]]:
-    """One step function per variant, on float32 weights w{i} [W, W], b{i} [W] and x [B, W].
+def device() -> dict[str, object]:
+    """Where torch runs: {"device": "cuda:0 (<name>)" | "cpu", "threads": intra-op threads, "cuda": bool}."""
+    if torch.cuda.is_available():
+        return {"device": f"cuda:0 ({torch.cuda.get_device_name(0)})", "threads": torch.get_num_threads(), "cuda": True}
+    return {"device": "cpu", "threads": torch.get_num_threads(), "cuda": False}
 
-    Returns: {variant: step()}; train steps return the gradients, forward steps the output.
+
+def dispatch_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
+    """The fixed cost of one call: `eager_op`, one elementwise op on the fixture's x [B, D] (float32).
+
+    What a tiny step pays per operation in eager mode; compare the JAX twin's per-call costs.
     """
-    return _model(data)[0]
+    x = tensor(fx, "x")
+    return {"eager_op": _synced(lambda: x + 1.0)}
 
 
-def _saved_bytes(step: Callable[[], object], arguments: set[int]) -> int:
-    storages: dict[int, int] = {}
+def _sync() -> None:
+    if torch.cuda.is_available():  # CUDA kernels run asynchronously: wait before the clock stops
+        torch.cuda.synchronize()
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        s = t.untyped_storage()
-        if s.data_ptr() not in arguments:  # weights and inputs are alive anyway
-            storages[s.data_ptr()] = s.nbytes()
-        return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+def freezing_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
+    """One step per way of training the head of frozen_backbone at bench size; each returns its loss [].
+
+    Steps: the scenario's AdamW train_step for `full_finetune`, `detach_features`, `freeze_params`;
+    `no_grad_backbone` (features under torch.no_grad, AdamW on the head); the parts of the ideal
+    frozen step, `backbone_forward` (no_grad) and `head_step` (head forward, backward and AdamW on
+    fixed features); and the grad modes of one forward pass, `forward_grad` (graph built),
+    `forward_no_grad`, `forward_inference_mode`. fx: a float32 frozen_backbone fixture.
+    """
+    x, labels = tensor(fx, "x"), tensor(fx, "labels")
+    steps: dict[str, Callable[[], torch.Tensor]] = {}
+    for variant in ("full_finetune", "detach_features", "freeze_params"):
+        model = frozen_backbone.build_model(fx)
+        optimizer = frozen_backbone.make_optimizer(model, fx, variant)
+        steps[variant] = _synced(lambda m=model, o=optimizer, v=variant: frozen_backbone.train_step(m, o, x, labels, v))
+    trainable = frozen_backbone.build_model(fx)  # every parameter requires grad: forward_grad records a graph
+
+    model = frozen_backbone.build_model(fx)
+    head_optimizer = frozen_backbone.make_optimizer(model, fx, "freeze_params")  # AdamW over the head only
+    with torch.no_grad():
+        features = model.backbone(x)  # fixed features of the head_step part
+
+    def no_grad_backbone() -> torch.Tensor:
+        with torch.no_grad():  # GRAD-FLOW: no graph is recorded for the backbone
+            f = model.backbone(x)
+        return _head_update(model.head, head_optimizer, f, labels)
+
+    def backbone_forward() -> torch.Tensor:
+        with torch.no_grad():  # GRAD-FLOW: the backbone's part of a frozen step is a forward alone
+            return model.backbone(x).sum()
+
+    def forward_in(mode: Callable[[], object]) -> Callable[[], torch.Tensor]:
+        def forward() -> torch.Tensor:
+            with mode():
+                return frozen_backbone.cross_entropy(trainable(x, "full_finetune"), labels)
+
+        return forward
+
+    steps["no_grad_backbone"] = _synced(no_grad_backbone)
+    steps["backbone_forward"] = _synced(backbone_forward)
+    steps["head_step"] = _synced(lambda: _head_update(model.head, head_optimizer, features, labels))
+    steps["forward_grad"] = _synced(forward_in(lambda: torch.enable_grad()))
+    steps["forward_no_grad"] = _synced(forward_in(torch.no_grad))  # GRAD-FLOW: no graph at all
+    steps["forward_inference_mode"] = _synced(forward_in(torch.inference_mode))  # GRAD-FLOW: no autograd at all
+    return steps
+
+
+def _head_update(head: nn.Linear, optimizer: torch.optim.Optimizer, f: torch.Tensor, labels: torch.Tensor):
+    optimizer.zero_grad(set_to_none=True)
+    loss = frozen_backbone.cross_entropy(head(f), labels)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def _synced(step: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    def run() -> torch.Tensor:
+        out = step()
+        _sync()
+        return out
+
+    return run
+
+
+def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], torch.Tensor], Callable[[], int]]:
+    """(step, peak_bytes) of truncated BPTT on the GRU of a tbptt fixture, carry detached every k steps.
+
+    form "windows": tbptt.train_windows (backward per window); "one_backward": tbptt.unroll and
+    one backward of the summed loss. step() returns the summed loss []. peak_bytes() runs one
+    step and returns the most bytes allocated at once during it (CUDA: max_memory_allocated;
+    CPU: the running sum of torch.profiler's memory events); inputs and weights are allocated
+    before and not counted.
+    Raises ValueError on an unknown form, or as train_windows when k does not divide T.
+    """
+    if form not in FORMS:
+        raise ValueError(f"tbptt_step: form expected one of {FORMS}, got {form!r}")
+    model = tbptt.build_model(fx, "gru")
+    x, h0, targets = tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "targets")
+    if form == "windows" and x.shape[0] % k:
+        raise ValueError(f"train_windows: k expected to divide T = {x.shape[0]}, got k = {k}")
+
+    def step() -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        if form == "windows":
+            loss = tbptt.train_windows(model, x, h0, targets, k)
+        else:  # the carry is detached every k steps, but every window's graph lives until this backward
+            ys = tbptt.unroll(model, x, h0, k)
+            loss = torch.stack([tbptt.step_loss(y, targets[t]) for t, y in enumerate(ys)]).sum()
+            loss.backward()
+        _sync()
+        return loss.detach()
+
+    return step, lambda: _peak_bytes(step)
+
+
+def _peak_bytes(step: Callable[[], object]) -> int:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
         step()
-    return sum(storages.values())
+        return torch.cuda.max_memory_allocated() - base
+    peaks = [_profiled_peak(step) for _ in range(2)]  # the first profiled call also counts one-off buffers
+    return peaks[-1]
 
 
-def measure(data: dict[str, np.ndarray], repeats: int, inner: int) -> dict[str, dict[str, float]]:
-    """Median seconds per step over `repeats` timings of `inner` steps, and saved-tensor bytes.
+def _profiled_peak(step: Callable[[], object]) -> int:
+    with (
+        _quiet_stderr(),
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
+        step()
+    events = sorted(
+        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"), key=lambda e: e.start_ns()
+    )
+    live = peak = 0
+    for event in events:  # allocations are positive, frees negative
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak
 
-    Returns: {variant: {"median_s": float, "saved_bytes": int}} (bytes of the distinct storages
-    autograd saves for backward during one step, weights and inputs excluded, via
-    torch.autograd.graph.saved_tensors_hooks).
-    Raises: ValueError if repeats or inner < 1.
-    """
-    if repeats < 1 or inner < 1:
-        raise ValueError(f"repeats and inner expected >= 1, got {repeats} and {inner}")
-    (steps, tensors), out = _model(data), {}
-    arguments = {t.untyped_storage().data_ptr() for t in tensors}
-    for name, step in steps.items():
-        step()  # warm-up
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            for _ in range(inner):
-                step()
-            times.append((time.perf_counter() - start) / inner)
-        out[name] = {"median_s": statistics.median(times), "saved_bytes": _saved_bytes(step, arguments)}
-    return out
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence the profiler's own start/stop lines, written by C++ straight to file descriptor 2."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

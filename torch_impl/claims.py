@@ -375,7 +375,7 @@ def check_c09() -> dict:
         "error": error,
         "no_grad_tensor_requires_grad": g.requires_grad,
         "no_grad_tensor_grad": w.grad.tolist(),
-        "speed": "see `detach-parity bench`: torch forward_grad / inference_mode and no_grad / inference_mode",
+        "speed": "see `detach-parity bench frozen_backbone`: torch forward_grad / forward_inference_mode and forward_no_grad / forward_inference_mode",
     }
 
 
@@ -594,7 +594,9 @@ def check_c16() -> dict:
     """
     d = toy("mlp")
     out = {how: _frozen_graph(d, how) for how in ("none", "detach", "requires_grad_false", "no_grad")}
-    out["speed"] = "see `detach-parity bench`: train_full / train_detach / train_frozen / train_no_grad ratios"
+    out["speed"] = (
+        "see `detach-parity bench frozen_backbone`: full_finetune / detach_features / freeze_params / no_grad_backbone against the ideal"
+    )
     return out
 
 

@@ -1,0 +1,195 @@
+"""bench: the JSON of a quick run (structure and memory facts, never speed), the timing loop, bad input.
+
+Speed is measured by `detach-parity bench`, not asserted: these tests check what the bench
+reports and the facts that do not depend on the machine (which memory grows with T).
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared import bench, cli, site
+
+QUICK = bench.SIZES["quick"]
+pytestmark = pytest.mark.xdist_group("bench")  # one worker runs the quick bench once for every test here
+
+
+@pytest.fixture(scope="module")
+def quick_json(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("bench") / "bench.json"
+    argv = ["bench", "basics", "frozen_backbone", "tbptt", "--quick", "--repeats", "2", "--threads", "1"]
+    assert cli.main([*argv, "--quiet", "--json", str(path)]) == 0
+    return path
+
+
+@pytest.fixture(scope="module")
+def quick(quick_json: Path) -> dict:
+    return json.loads(quick_json.read_text(encoding="utf-8"))
+
+
+def test_quick_run_reports_machine_settings_and_every_scenario(quick: dict) -> None:
+    m = quick["machine"]
+    assert m["threads"] == 1 and len(m["cpus_used"]) == 1 and m["cpus_available"] >= 1
+    assert m["devices"]["torch"]["threads"] == m["devices"]["jax"]["threads"] == 1
+    assert "no CUDA device" in m["note"] and m["jax_backend"] == "cpu"
+    assert quick["settings"] == {"repeats": 2, "mode": "quick", "dtype": "float32", "target_block_s": 0.0}
+    assert list(quick["scenarios"]) == ["basics", "frozen_backbone", "tbptt"]
+    for name, r in quick["scenarios"].items():
+        assert r["variant"] == {"basics": "z_stopped", "frozen_backbone": "freeze_params", "tbptt": "k=1"}[name]
+        for fw in ("torch", "jax"):
+            s = r[fw]
+            assert s["n"] == 2 and s["inner"] == 1 and s["first_call_s"] > 0
+            assert 0 < s["min_s"] <= s["p25_s"] <= s["median_s"] <= s["p75_s"]
+        assert r["jax_over_torch"] == pytest.approx(r["jax"]["median_s"] / r["torch"]["median_s"])
+    assert quick["versions"]["torch"].startswith("2.13")
+    assert set(quick["overhead"]) == {"eager_op", "jit_call", "nnx_jit_call"}
+    assert all(r["median_s"] > 0 and r["n"] == 2 for r in quick["overhead"].values())
+
+
+def test_freezing_section_compares_with_the_ideal_and_names_c16(quick: dict) -> None:
+    f = quick["freezing"]
+    assert f["config"] == {**QUICK["freezing"], "backbone_params": 8 * 8 + 8 + 8 * 8 + 8, "head_params": 8 * 3 + 3}
+    assert set(f["torch"]) == {
+        *bench.FREEZING_VARIANTS,
+        "no_grad_backbone",
+        "backbone_forward",
+        "head_step",
+        "forward_grad",
+        "forward_no_grad",
+        "forward_inference_mode",
+    }
+    assert set(f["jax"]) == {*bench.FREEZING_VARIANTS, "backbone_forward", "head_step", "forward"}
+    for fw in ("torch", "jax"):
+        s, t = f["summary"][fw], f[fw]
+        assert s["ideal_s"] == pytest.approx(t["backbone_forward"]["median_s"] + t["head_step"]["median_s"])
+        assert s["saving"]["detach_features"] == pytest.approx(
+            1 - t["detach_features"]["median_s"] / t["full_finetune"]["median_s"]
+        )
+        assert s["over_ideal"]["freeze_params"] == pytest.approx(t["freeze_params"]["median_s"] / s["ideal_s"])
+    assert f["claim"] == {"id": "C16", "claim": "detach speeds training up by 15–20 %", "saving": [0.15, 0.2]}
+
+
+def test_tbptt_memory_is_flat_per_window_and_linear_otherwise(quick: dict) -> None:
+    """The machine-independent result: backward per window keeps peak memory flat in T, one backward does not."""
+    tb = quick["tbptt_memory"]
+    ts, k = QUICK["tbptt"]["T"], QUICK["tbptt"]["k"]
+    assert len(tb["rows"]) == len(ts) * 3 * 2 and all(r["peak_bytes"] > 0 for r in tb["rows"])
+    g = tb["growth"]
+    assert g[f"torch windows k={k}"]["peak_ratio"] == 1.0 and g[f"torch windows k={k}"]["bytes_per_step"] == 0
+    assert g[f"jax windows k={k}"]["peak_ratio"] < 1.2  # flat up to a copy of the inputs' layout
+    for key in (f"torch one_backward k={k}", "torch windows k=T", f"jax one_backward k={k}", "jax windows k=T"):
+        assert g[key]["peak_ratio"] > 2.5 and g[key]["bytes_per_step"] > 100, key  # T grew ×4
+    peaks = {(r["framework"], r["form"], r["k"], r["T"]): r["peak_bytes"] for r in tb["rows"]}
+    # with a fixed k, detaching every k steps saves nothing once one backward keeps every window alive
+    for fw in ("torch", "jax"):
+        assert peaks[fw, "one_backward", f"k={k}", ts[-1]] > 0.8 * peaks[fw, "windows", "k=T", ts[-1]]
+
+
+def test_interleaves_rounds_and_times_the_first_call_apart() -> None:
+    calls: list[str] = []
+    steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    out = bench.interleaved(steps, repeats=3, target_s=0.0)
+    assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 3  # first call + calibration each, then A B A B A B
+    assert set(out) == {"a", "b"} and all(
+        r["n"] == 3 and r["inner"] == 1 and r["first_call_s"] > 0 for r in out.values()
+    )
+    with pytest.raises(ValueError, match="repeats expected >= 1, got 0"):
+        bench.interleaved(steps, repeats=0, target_s=0.0)
+    with pytest.raises(ValueError, match="steps expected at least one step to time, got none"):
+        bench.interleaved({}, repeats=1, target_s=0.0)
+
+
+def test_slope_is_least_squares_and_refuses_one_point() -> None:
+    assert bench.slope([64, 128, 256], [10 + 3 * t for t in (64, 128, 256)]) == pytest.approx(3.0)
+    assert bench.slope([1, 2, 3], [5, 5, 5]) == 0
+    with pytest.raises(ValueError, match="expected >= 2 distinct x values"):
+        bench.slope([4, 4], [1, 2])
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "nope"], "bench: scenario expected one of ['basics', 'linear_regression'"),
+        (["bench", "p01_std_convention"], "got ['p01_std_convention']"),
+        (["bench", "--threads", "999"], "bench: threads expected 1.."),
+    ],
+)
+def test_bad_scenario_or_threads_exit_2_before_measuring(argv: list[str], message: str, capsys) -> None:
+    assert cli.main([*argv, "--quiet"]) == 2
+    assert message in " ".join(capsys.readouterr().out.split())
+
+
+def test_bad_repeats_exit_2(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:  # refused by argparse, before any measurement
+        cli.main(["bench", "--repeats", "0"])
+    assert exc.value.code == 2
+    assert "argument --repeats: expected an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_detach_frees_the_backbone_graph_before_backward() -> None:
+    """detach_features builds the backbone's graph but frees it before backward, as freeze_params never builds it.
+
+    Counted: saved tensors still alive when backward unpacks one. full_finetune keeps them all.
+    """
+    import torch
+
+    from torch_impl import bench as torch_bench
+
+    class Box:
+        __slots__ = ("t", "__weakref__")
+
+    def live_at_backward(step) -> int:
+        live, peak = weakref.WeakSet(), [0]
+
+        def pack(t):
+            box = Box()
+            box.t = t.detach()  # a saved output would otherwise hold its own node: a cycle
+            live.add(box)
+            return box
+
+        def unpack(box):
+            peak[0] = max(peak[0], len(live))
+            return box.t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            step()
+        return peak[0]
+
+    steps = torch_bench.freezing_steps(bench._fixture("frozen_backbone", QUICK["freezing"]))
+    counts = {name: live_at_backward(steps[name]) for name in bench.FREEZING_VARIANTS}
+    assert counts["detach_features"] == counts["freeze_params"] < counts["full_finetune"], counts
+
+
+def test_bench_fixtures_are_validated_float32() -> None:
+    fx = bench._fixture("tbptt", {**{k: QUICK["tbptt"][k] for k in "BIHO"}, "T": 8})
+    assert fx.dtype == "float32" and fx.dims["T"] == 8 and fx.dims["G"] == 3 * QUICK["tbptt"]["H"]
+    assert np.all(fx["h0"] == 0) and fx.case == "bench"
+
+
+def test_site_shows_the_bench_tables_and_plots(quick_json: Path, quick: dict, tmp_path: Path) -> None:
+    site.build(tmp_path, ["basics"], bench=quick_json)
+    html = (tmp_path / "bench.html").read_text(encoding="utf-8")
+    assert '<a href="bench.html">bench</a>' in (tmp_path / "index.html").read_text(encoding="utf-8")
+    for kind in ("ratio", "freezing", "memory"):
+        svg = tmp_path / "figures" / f"bench-{kind}.svg"
+        assert svg.stat().st_size > 1000 and f'src="figures/bench-{kind}.svg"' in html
+    assert "detach speeds training up by 15–20 %" in html and quick["machine"]["cpu"] in html
+    ratio = quick["scenarios"]["tbptt"]["jax_over_torch"]
+    assert f"{ratio:.2f}×" in html
+    assert f"{quick['overhead']['nnx_jit_call']['median_s'] * 1e6:.1f} µs" in html
+    growth = quick["tbptt_memory"]["growth"]["torch windows k=4"]
+    assert f'<td>torch windows k=4</td><td class="num">{growth["peak_ratio"]:.2f}×</td>' in html
+
+
+def test_site_refuses_a_file_that_is_not_a_bench_payload(tmp_path: Path, capsys) -> None:
+    bad = tmp_path / "bench.json"
+    bad.write_text('{"scenarios": {}}', encoding="utf-8")
+    assert cli.main(["site", "basics", "--out", str(tmp_path / "site"), "--bench", str(bad), "--quiet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "bench file" in err and "missing ['machine', 'settings', 'overhead', 'versions']" in err
+    assert not (tmp_path / "site").exists()  # refused before any page was written
