@@ -16,6 +16,9 @@ new scenario gets its figures without code here. A key's path may have a prefix
                 step t (rows: variants, e.g. each truncation length k).
   meta_grads    keys `meta_grads/...` (maml): first- vs second-order meta-gradient,
                 the norm of their difference per leaf, torch and JAX.
+  bench_figures from a `detach-parity bench` JSON payload: the JAX/torch step-time ratio per
+                scenario, frozen_backbone step times against the ideal, tbptt peak memory
+                against T.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FigureFile", "grad_groups", "figures_for", "grad_norms", "time_heatmap", "meta_grads"]
+__all__ = ["FigureFile", "grad_groups", "figures_for", "grad_norms", "time_heatmap", "meta_grads", "bench_figures"]
 
 TORCH_COLOR, JAX_COLOR = "#ee4c2c", "#5e97f6"
 MAX_GROUPS = 16  # more leaves than this are summed per parent path
@@ -312,4 +315,70 @@ def figures_for(
     if not any(f.kind in ("grad-norms", "moved-norms", "meta") for f in out):
         caption = f"Norm of every float output for each variant, {zero}"
         draw("output-norms", grad_norms(scenario, torch_out, jax_out, path("output-norms"), None, "output"), caption)
+    return out
+
+
+def bench_figures(payload: Mapping, out_dir: Path) -> list[FigureFile]:
+    """Draw the bench figures that the payload has data for into out_dir/figures/bench-*.svg; list them.
+
+    payload: the JSON of `detach-parity bench` (sections `scenarios`, optional `freezing` and
+    `tbptt_memory`). Times in seconds, memory in bytes; drawn in ms and MiB.
+    """
+    out: list[FigureFile] = []
+    where = out_dir / "figures"
+    scenarios = payload.get("scenarios", {})
+    if scenarios:
+        names = list(scenarios)
+        ratios = [scenarios[n]["jax_over_torch"] for n in names]
+        fig = _new_figure(6.4, 0.3 * len(names) + 1.1)
+        ax = fig.add_subplot()
+        ax.barh(names, ratios, color=[JAX_COLOR if r < 1 else TORCH_COLOR for r in ratios])
+        ax.axvline(1.0, color="#333", lw=0.8)
+        ax.set_xscale("log")
+        ax.invert_yaxis()
+        ax.set_xlabel("JAX jit / torch eager, median step time (< 1: JAX faster)")
+        _save(fig, where / "bench-ratio.svg")
+        caption = "Training step per scenario on its own (small) fixture: the ratio of median step times, log scale."
+        out.append(FigureFile("figures/bench-ratio.svg", caption, "bench-ratio"))
+    if "freezing" in payload:
+        f = payload["freezing"]
+        labels = ["full_finetune", "detach_features", "freeze_params", "ideal"]
+        fig = _new_figure(6.4, 2.8)
+        ax = fig.add_subplot()
+        x = np.arange(len(labels))
+        for i, (fw, color) in enumerate((("torch", TORCH_COLOR), ("jax", JAX_COLOR))):
+            ms = [f[fw][v]["median_s"] * 1e3 for v in labels[:-1]] + [f["summary"][fw]["ideal_s"] * 1e3]
+            ax.bar(x + (i - 0.5) * 0.38, ms, 0.38, color=color, label=fw, hatch=None)
+        ax.set_xticks(x, labels)
+        ax.set_ylabel("median step time (ms)")
+        ax.legend(frameon=False)
+        _save(fig, where / "bench-freezing.svg")
+        caption = "frozen_backbone at bench size: step time of each way to freeze, and the ideal (backbone forward + head step)."
+        out.append(FigureFile("figures/bench-freezing.svg", caption, "bench-freezing"))
+    if "tbptt_memory" in payload:
+        rows = payload["tbptt_memory"]["rows"]
+        fig = _new_figure(6.4, 3.2)
+        ax = fig.add_subplot()
+        for fw, color in (("torch", TORCH_COLOR), ("jax", JAX_COLOR)):
+            for (form, k), style in zip(sorted({(r["form"], r["k"]) for r in rows}), ("-", "--", ":"), strict=False):
+                sel = [r for r in rows if (r["framework"], r["form"], r["k"]) == (fw, form, k)]
+                ax.plot(
+                    [r["T"] for r in sel],
+                    [r["peak_bytes"] / 2**20 for r in sel],
+                    style,
+                    color=color,
+                    marker="o",
+                    ms=3,
+                    label=f"{fw} {form} {k}",
+                )
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T")
+        ax.set_ylabel("peak memory of one step (MiB)")
+        ax.legend(frameon=False, fontsize=7)
+        _save(fig, where / "bench-memory.svg")
+        caption = (
+            "tbptt: peak memory of one training step against T; flat with a backward per window, linear otherwise."
+        )
+        out.append(FigureFile("figures/bench-memory.svg", caption, "bench-memory"))
     return out

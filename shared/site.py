@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +82,9 @@ def environment():
         lstrip_blocks=True,
     )
     env.filters["err"] = fmt_err
+    env.filters["ms"] = lambda seconds: f"{seconds * 1e3:.3f} ms"
+    env.filters["us"] = lambda seconds: f"{seconds * 1e6:.1f} µs"
+    env.filters["pct"] = lambda fraction: f"{100 * fraction:.1f} %"
     env.filters["code_spans"] = code_spans
     return env
 
@@ -162,7 +166,30 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def render_index(env, pages: Sequence[Page], seed: int = 0) -> str:
+def load_bench(path: Path | str) -> dict:
+    """A bench JSON payload. Raises ValueError naming the file when it lacks the bench's sections."""
+    try:
+        payload = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"bench file {str(path)!r}: expected a readable JSON file, got {exc}") from None
+    if not isinstance(payload, dict):
+        raise ValueError(f"bench file {str(path)!r}: expected a JSON object, got {type(payload).__name__}")
+    missing = [k for k in ("machine", "settings", "scenarios", "overhead", "versions") if k not in payload]
+    if missing:
+        raise ValueError(
+            f"bench file {str(path)!r}: expected the keys of `detach-parity bench --json`, missing {missing}"
+        )
+    return payload
+
+
+def render_bench(env, payload: dict, root: Path) -> str:
+    """bench.html: the bench's machine, tables and figures (drawn into root/figures/)."""
+    from shared.figures import bench_figures
+
+    return env.get_template("bench.html").render(b=payload, m=payload["machine"], figures=bench_figures(payload, root))
+
+
+def render_index(env, pages: Sequence[Page], seed: int = 0, has_bench: bool = False) -> str:
     """index.html: scenario and pitfall tables with verdicts and errors, then the porting cheat sheet."""
     summaries = {p.spec.name: summarize(p) for p in pages}
     dtypes = sorted(
@@ -178,6 +205,7 @@ def render_index(env, pages: Sequence[Page], seed: int = 0) -> str:
         proofs={p.spec.name: _proof(p.spec.name) for p in pages},
         versions=_versions(),
         seed=seed,
+        has_bench=has_bench,
         passed=sum(s["passed"] for s in summaries.values()),
         total=sum(s["total"] for s in summaries.values()),
     )
@@ -202,21 +230,30 @@ def render_scenario(env, page: Page, prev: Page | None = None, next: Page | None
     )
 
 
-def build(out: Path | str = "site", scenarios: Sequence[str] | None = None, seed: int = 0, echo=None) -> list[Page]:
+def build(
+    out: Path | str = "site",
+    scenarios: Sequence[str] | None = None,
+    seed: int = 0,
+    echo=None,
+    bench: Path | str | None = None,
+) -> list[Page]:
     """Run the scenarios, draw the figures and write the site to `out`; return the pages.
 
     Args:
       out: site root (created; existing files of the same names are overwritten).
       scenarios: names (default: every registered scenario and pitfall, teaching order).
       echo: optional callable(str) told about progress.
+      bench: a `detach-parity bench --json` file; when given, bench.html shows its tables and plots.
     Raises:
-      ValueError: an unknown scenario name (message lists the valid names).
+      ValueError: an unknown scenario name (message lists the valid names), or a bench file
+        that is not a bench payload.
     """
     from pygments.formatters import HtmlFormatter
 
     from shared.figures import figures_for
 
     specs = [registry.get(n) for n in (scenarios or registry.names())]
+    bench_payload = None if bench is None else load_bench(bench)  # checked before the long run
     root = Path(out)
     root.mkdir(parents=True, exist_ok=True)
     pages: list[Page] = []
@@ -232,7 +269,10 @@ def build(out: Path | str = "site", scenarios: Sequence[str] | None = None, seed
         page.figures = figures_for(spec.name, torch_out, jax_out, root, time_fields)
         pages.append(page)
     env = environment()
-    (root / "index.html").write_text(render_index(env, pages, seed), encoding="utf-8")
+    has_bench = bench_payload is not None
+    if has_bench:
+        (root / "bench.html").write_text(render_bench(env, bench_payload, root), encoding="utf-8")
+    (root / "index.html").write_text(render_index(env, pages, seed, has_bench), encoding="utf-8")
     for i, page in enumerate(pages):
         prev = pages[i - 1] if i > 0 else None
         nxt = pages[i + 1] if i + 1 < len(pages) else None
@@ -247,9 +287,9 @@ def _cmd(args: argparse.Namespace, console) -> int:
     from shared.cli import UsageError  # imported here: cli imports this module
 
     try:
-        pages = build(args.out, args.scenarios, args.seed, echo=None if args.quiet else console.print)
+        pages = build(args.out, args.scenarios, args.seed, echo=None if args.quiet else console.print, bench=args.bench)
     except ValueError as exc:
-        if "expected one of" in str(exc):
+        if "expected one of" in str(exc) or str(exc).startswith("bench file"):
             raise UsageError(str(exc)) from None
         raise
     results = [r for p in pages for r in p.results]
@@ -267,5 +307,10 @@ def add_parser(sub) -> None:
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"default all; one of {registry.names()}")
     p.add_argument("--out", type=out_dir, default="site", metavar="DIR", help="output folder (default site/)")
     p.add_argument("--seed", type=non_negative_int, default=0, help="fixture seed (default 0)")
+    p.add_argument(
+        "--bench",
+        metavar="PATH",
+        help="a `detach-parity bench --json` file (make bench writes reports/bench.json): adds bench.html",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=_cmd)
