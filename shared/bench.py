@@ -417,7 +417,8 @@ def print_tables(payload: Mapping, console: Console) -> None:
     console.print(
         f"Per-call overhead (one elementwise op): torch eager {o['eager_op']['median_s'] * 1e6:.1f} µs, "
         f"jax.jit {o['jit_call']['median_s'] * 1e6:.1f} µs, nnx.jit with a model and optimizer "
-        f"{o['nnx_jit_call']['median_s'] * 1e6:.1f} µs: at fixture sizes a step's time is mostly this."
+        f"{o['nnx_jit_call']['median_s'] * 1e6:.1f} µs ({o['nnx_cached_partial_call']['median_s'] * 1e6:.1f} µs "
+        "through nnx.cached_partial): at fixture sizes a step's time is mostly this."
     )
     if "freezing" in payload:
         f = payload["freezing"]

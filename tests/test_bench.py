@@ -47,7 +47,7 @@ def test_quick_run_reports_machine_settings_and_every_scenario(quick: dict) -> N
             assert 0 < s["min_s"] <= s["p25_s"] <= s["median_s"] <= s["p75_s"]
         assert r["jax_over_torch"] == pytest.approx(r["jax"]["median_s"] / r["torch"]["median_s"])
     assert quick["versions"]["torch"].startswith("2.13")
-    assert set(quick["overhead"]) == {"eager_op", "jit_call", "nnx_jit_call"}
+    assert set(quick["overhead"]) == {"eager_op", "jit_call", "nnx_jit_call", "nnx_cached_partial_call"}
     assert all(r["median_s"] > 0 and r["n"] == 2 for r in quick["overhead"].values())
 
 
