@@ -36,7 +36,19 @@ from rich.table import Table
 
 from shared.cliargs import json_path, positive_int
 
-__all__ = ["SIZES", "CLAIM_C16", "available_cpus", "scenario_names", "interleaved", "slope", "run", "add_parser"]
+__all__ = [
+    "SIZES",
+    "CLAIM_C16",
+    "FREEZING_VARIANTS",
+    "available_cpus",
+    "scenario_names",
+    "interleaved",
+    "slope",
+    "run",
+    "print_tables",
+    "cmd_bench",
+    "add_parser",
+]
 
 # Sizes per mode. freezing: frozen_backbone dims (backbone D*H + H*H weights, head H*C);
 # tbptt: GRU dims, the sequence lengths T swept, the fixed truncation k; target_s: the least
@@ -486,7 +498,7 @@ def print_tables(payload: Mapping, console: Console) -> None:
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
-    """Run the bench, print the tables, write JSON on request; 0, or 2 on a bad argument."""
+    """Run the bench, print the tables, write JSON on request; 0, 1 if the measuring process failed, 2 on a bad argument."""
     from shared.cli import _versions
 
     start = time.perf_counter()
@@ -495,6 +507,9 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         return 2
+    except RuntimeError as exc:  # the worker's own traceback is already on stderr
+        console.print(f"[red]error:[/red] {exc}")
+        return 1
     payload = {"versions": _versions(), **payload, "seconds": round(time.perf_counter() - start, 3)}
     print_tables(payload, console)
     console.print(f"bench done in {payload['seconds']:.1f} s (measurements, not assertions)")

@@ -193,3 +193,11 @@ def test_site_refuses_a_file_that_is_not_a_bench_payload(tmp_path: Path, capsys)
     err = " ".join(capsys.readouterr().err.split())
     assert "bench file" in err and "missing ['machine', 'settings', 'overhead', 'versions']" in err
     assert not (tmp_path / "site").exists()  # refused before any page was written
+
+
+def test_a_failed_measuring_process_exits_1_with_its_code(monkeypatch, capsys) -> None:
+    import subprocess
+
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 3))
+    assert cli.main(["bench", "basics", "--quiet"]) == 1
+    assert "the measuring process failed with exit code 3" in " ".join(capsys.readouterr().out.split())
