@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 
 import jax
+import optax
 from flax import nnx
 
 from jax_impl import frozen_backbone, tbptt
@@ -83,16 +84,21 @@ def freezing_steps(fx) -> dict[str, Callable[[], jax.Array]]:
         steps[variant] = _synced(
             lambda m=model, o=optimizer, v=variant: frozen_backbone.train_step(m, o, x, labels, v)[0]
         )
-    trainable = frozen_backbone.build_model(fx)
 
     model = frozen_backbone.build_model(fx)
-    head_optimizer = frozen_backbone.make_optimizer(model, fx, "freeze_params")  # AdamW over the head only
-    features = _backbone_forward(model.backbone, x)  # fixed features of the head_step part
+    head_optimizer = nnx.Optimizer(model.head, optax.adamw(**_adamw_settings(fx)), wrt=nnx.Param)
+    features = _backbone_forward(model.backbone, x)  # head_step's features: data, computed once
 
     steps["backbone_forward"] = _synced(lambda: _backbone_forward(model.backbone, x).sum())
-    steps["head_step"] = _synced(lambda: _head_update(model, head_optimizer, features, labels))
-    steps["forward"] = _synced(lambda: _forward(trainable, x, labels))
+    steps["head_step"] = _synced(lambda: _head_update(model.head, head_optimizer, features, labels))
+    steps["forward"] = _synced(lambda: _forward(model, x, labels))
     return steps
+
+
+def _adamw_settings(fx) -> dict[str, float]:
+    """The scenario's AdamW hyper-parameters from the fixture, as optax.adamw keywords."""
+    names = {"learning_rate": "lr", "b1": "b1", "b2": "b2", "eps": "eps", "weight_decay": "weight_decay"}
+    return {key: fx.scalar(field) for key, field in names.items()}
 
 
 @nnx.jit
@@ -101,13 +107,12 @@ def _backbone_forward(backbone: frozen_backbone.Backbone, x: jax.Array) -> jax.A
 
 
 @nnx.jit
-def _head_update(model: frozen_backbone.Classifier, optimizer: nnx.Optimizer, f: jax.Array, labels: jax.Array):
-    def loss_fn(model):
-        return frozen_backbone.cross_entropy(model.head(f), labels)
+def _head_update(head: nnx.Linear, optimizer: nnx.Optimizer, f: jax.Array, labels: jax.Array) -> jax.Array:
+    def loss_fn(head):
+        return frozen_backbone.cross_entropy(head(f), labels)
 
-    # GRAD-FLOW: differentiate the head only, on features computed before
-    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, frozen_backbone.HEAD))(model)
-    optimizer.update(model, grads)
+    loss, grads = nnx.value_and_grad(loss_fn)(head)  # the head alone, on features computed before
+    optimizer.update(head, grads)
     return loss
 
 

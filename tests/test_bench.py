@@ -161,8 +161,45 @@ def test_detach_frees_the_backbone_graph_before_backward() -> None:
         return peak[0]
 
     steps = torch_bench.freezing_steps(bench._fixture("frozen_backbone", QUICK["freezing"]))
-    counts = {name: live_at_backward(steps[name]) for name in bench.FREEZING_VARIANTS}
-    assert counts["detach_features"] == counts["freeze_params"] < counts["full_finetune"], counts
+    names = (*bench.FREEZING_VARIANTS, "no_grad_backbone", "head_step")
+    for name in names:
+        steps[name]()  # a first step: a second one must not backward through a freed graph
+    counts = {name: live_at_backward(steps[name]) for name in names}
+    head_only = {counts[n] for n in ("detach_features", "freeze_params", "no_grad_backbone", "head_step")}
+    assert len(head_only) == 1 and head_only.pop() < counts["full_finetune"], counts
+
+
+def test_torch_grad_modes_record_a_graph_only_with_grad_enabled() -> None:
+    import torch
+
+    from torch_impl import bench as torch_bench
+
+    steps = torch_bench.freezing_steps(bench._fixture("frozen_backbone", QUICK["freezing"]))
+    out = {name: steps[name]() for name in ("forward_grad", "forward_no_grad", "forward_inference_mode")}
+    assert out["forward_grad"].requires_grad and out["forward_grad"].grad_fn is not None
+    assert not out["forward_no_grad"].requires_grad and not torch.is_inference(out["forward_no_grad"])
+    assert torch.is_inference(out["forward_inference_mode"])
+    assert not steps["backbone_forward"]().requires_grad  # the ideal's forward part records nothing
+    np.testing.assert_allclose(out["forward_no_grad"].item(), out["forward_grad"].item(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("form", ["windows", "one_backward"])
+def test_tbptt_steps_return_the_same_loss_without_a_graph(form: str) -> None:
+    from jax_impl import bench as jax_bench
+    from torch_impl import bench as torch_bench
+
+    fx = bench._fixture("tbptt", {**{k: QUICK["tbptt"][k] for k in "BIHO"}, "T": 8})
+    t_step, t_peak = torch_bench.tbptt_step(fx, form, 4)
+    j_step, j_peak = jax_bench.tbptt_step(fx, form, 4)
+    t_loss = t_step()
+    assert not t_loss.requires_grad and t_loss.grad_fn is None  # no graph outlives a step
+    np.testing.assert_allclose(float(j_step()), t_loss.item(), rtol=1e-5)
+    assert t_peak() > 0 and j_peak() > 0
+    for step in (torch_bench.tbptt_step, jax_bench.tbptt_step):
+        with pytest.raises(ValueError, match="tbptt_step: form expected one of .*got 'bogus'"):
+            step(fx, "bogus", 4)
+        with pytest.raises(ValueError, match="train_windows: k expected to divide T = 8, got k = 3"):
+            step(fx, "windows", 3)
 
 
 def test_bench_fixtures_are_validated_float32() -> None:

@@ -67,12 +67,11 @@ def freezing_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
         model = frozen_backbone.build_model(fx)
         optimizer = frozen_backbone.make_optimizer(model, fx, variant)
         steps[variant] = _synced(lambda m=model, o=optimizer, v=variant: frozen_backbone.train_step(m, o, x, labels, v))
-    trainable = frozen_backbone.build_model(fx)  # every parameter requires grad: forward_grad records a graph
 
-    model = frozen_backbone.build_model(fx)
-    head_optimizer = frozen_backbone.make_optimizer(model, fx, "freeze_params")  # AdamW over the head only
-    with torch.no_grad():
-        features = model.backbone(x)  # fixed features of the head_step part
+    model = frozen_backbone.build_model(fx)  # nothing frozen: only the grad modes below keep graphs away
+    head_optimizer = torch.optim.AdamW(model.head.parameters(), **_adamw_settings(fx))
+    with torch.no_grad():  # GRAD-FLOW: head_step's features are data, computed once
+        features = model.backbone(x)
 
     def no_grad_backbone() -> torch.Tensor:
         with torch.no_grad():  # GRAD-FLOW: no graph is recorded for the backbone
@@ -86,17 +85,27 @@ def freezing_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
     def forward_in(mode: Callable[[], object]) -> Callable[[], torch.Tensor]:
         def forward() -> torch.Tensor:
             with mode():
-                return frozen_backbone.cross_entropy(trainable(x, "full_finetune"), labels)
+                return frozen_backbone.cross_entropy(model(x, "full_finetune"), labels)
 
         return forward
 
     steps["no_grad_backbone"] = _synced(no_grad_backbone)
     steps["backbone_forward"] = _synced(backbone_forward)
     steps["head_step"] = _synced(lambda: _head_update(model.head, head_optimizer, features, labels))
-    steps["forward_grad"] = _synced(forward_in(lambda: torch.enable_grad()))
+    steps["forward_grad"] = _synced(forward_in(torch.enable_grad))
     steps["forward_no_grad"] = _synced(forward_in(torch.no_grad))  # GRAD-FLOW: no graph at all
     steps["forward_inference_mode"] = _synced(forward_in(torch.inference_mode))  # GRAD-FLOW: no autograd at all
     return steps
+
+
+def _adamw_settings(fx) -> dict[str, object]:
+    """The scenario's AdamW hyper-parameters from the fixture, as torch.optim.AdamW keywords."""
+    return {
+        "lr": fx.scalar("lr"),
+        "betas": (fx.scalar("b1"), fx.scalar("b2")),
+        "eps": fx.scalar("eps"),
+        "weight_decay": fx.scalar("weight_decay"),
+    }
 
 
 def _head_update(head: nn.Linear, optimizer: torch.optim.Optimizer, f: torch.Tensor, labels: torch.Tensor):
