@@ -26,6 +26,8 @@ from flax import nnx
 
 from jax_impl import frozen_backbone, tbptt
 from jax_impl._common import array
+from shared.fixtures import require
+from shared.scenarios.tbptt import check_windows
 
 __all__ = ["device", "dispatch_steps", "freezing_steps", "tbptt_step"]
 
@@ -47,7 +49,7 @@ def dispatch_steps(fx) -> dict[str, Callable[[], jax.Array]]:
     traverses their object graph in Python on every call); `nnx_cached_partial_call`: the same
     function through nnx.cached_partial, the mitigation of the Flax performance guide.
     """
-    x = array(fx, "x")
+    x = array(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
     model = frozen_backbone.build_model(fx)
     optimizer = frozen_backbone.make_optimizer(model, fx, "full_finetune")
     cached = nnx.cached_partial(_add_one_with_state, model, optimizer)
@@ -75,7 +77,9 @@ def freezing_steps(fx) -> dict[str, Callable[[], jax.Array]]:
     `freeze_params`; the parts of the ideal frozen step, `backbone_forward` and `head_step`
     (head forward, gradient and AdamW on fixed features); and `forward` (the jitted loss).
     Every step blocks until its results are computed. fx: a float32 frozen_backbone fixture.
+    Raises ValueError for any other fixture.
     """
+    require(fx, "frozen_backbone", "float32", "freezing_steps")
     x, labels = array(fx, "x"), array(fx, "labels")
     steps: dict[str, Callable[[], jax.Array]] = {}
     for variant in ("full_finetune", "detach_features", "freeze_params"):
@@ -136,15 +140,17 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], jax.Array], Callable
     function and returns the summed loss []. peak_bytes() is the compiled function's memory
     analysis, temp + output bytes (what it allocates beyond its arguments, as the torch twin
     counts), not a measured peak.
-    Raises ValueError on an unknown form, or as train_windows when k does not divide T.
+    Raises ValueError on an unknown form, a fixture that is not a float32 tbptt one, or a k that
+    is not an int in [1, T] (dividing T for "windows").
     """
     if form not in FORMS:
         raise ValueError(f"tbptt_step: form expected one of {FORMS}, got {form!r}")
+    t_steps = require(fx, "tbptt", "float32", "tbptt_step").dims["T"]
+    k = check_windows("tbptt_step", k, t_steps, divides=form == "windows")
     model, params = tbptt.build_model(fx, "gru")
     args = (params, array(fx, "x"), array(fx, "h0"), array(fx, "targets"))
     if form == "windows":
         fn = jax.jit(lambda p, x, h, y: tbptt.train_windows(model, p, x, h, y, k))
-        fn.lower(*args)  # trace now: k must divide T, raised here rather than at the first step
     else:  # the carry is stopped every k steps, but one gradient keeps every step's residuals
 
         def summed(p, x, h, y):

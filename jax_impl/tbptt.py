@@ -24,7 +24,7 @@ import numpy as np
 
 from jax_impl._common import array, flat, numpy, scenario_run
 from shared.losses import check_same_shape
-from shared.scenarios.tbptt import CELLS, window
+from shared.scenarios.tbptt import CELLS, check_windows, window
 
 __all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "run"]
 
@@ -118,11 +118,11 @@ def train_windows(
     params). Under jit only one window's residuals are alive at a time: peak memory is flat
     in T for a fixed k, where one jax.grad over `unroll` keeps the residuals of all T steps
     whatever k is (stop_gradient cuts the gradient, not the memory).
-    Raises ValueError unless k divides T (a scan needs equal windows).
+    Raises ValueError unless k is an int in [1, T] dividing T (a scan needs equal windows) and
+    targets have T steps, or on a targets shape mismatch (step_loss).
     """
     t_steps = x.shape[0]
-    if t_steps % k:
-        raise ValueError(f"train_windows: k expected to divide T = {t_steps}, got k = {k}")
+    k = check_windows("train_windows", k, t_steps, targets.shape[0])
 
     def window_loss(params, h, xs, ts):  # xs [k, B, I], ts [k, B, O]
         def step(h, inputs):

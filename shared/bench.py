@@ -19,14 +19,17 @@ without TF32); otherwise it says so and runs on the CPU.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -40,6 +43,8 @@ __all__ = [
     "SIZES",
     "CLAIM_C16",
     "FREEZING_VARIANTS",
+    "PAYLOAD",
+    "check_payload",
     "available_cpus",
     "scenario_names",
     "interleaved",
@@ -94,10 +99,15 @@ def interleaved(
     The first call of each step is timed apart (`first_call_s`: JAX traces and compiles there,
     torch warms its caches); the second call sets how many steps a block repeats to last at
     least target_s. Returns {label: {median_s, p25_s, p75_s, min_s, n, first_call_s, inner}},
-    seconds per step. Raises ValueError if repeats < 1 or there is no step.
+    seconds per step. Raises ValueError unless repeats is an int >= 1, target_s a finite number
+    >= 0 and steps a non-empty mapping of label to callable.
     """
-    if repeats < 1:
-        raise ValueError(f"repeats expected >= 1, got {repeats}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"repeats expected an integer >= 1, got {repeats!r}")
+    if isinstance(target_s, bool) or not isinstance(target_s, int | float) or not 0 <= target_s < math.inf:
+        raise ValueError(f"target_s expected a finite number of seconds >= 0, got {target_s!r}")
+    if not isinstance(steps, Mapping) or not all(callable(step) for step in steps.values()):
+        raise ValueError(f"steps expected a mapping of label to callable, got {type(steps).__name__}")
     if not steps:
         raise ValueError("steps expected at least one step to time, got none")
     first, inner = {}, {}
@@ -119,11 +129,93 @@ def interleaved(
 
 
 def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
-    """Least-squares slope of ys against xs. Raises ValueError with fewer than two distinct xs."""
+    """Least-squares slope of ys against xs.
+
+    Raises ValueError with fewer than two distinct xs, unequal lengths or a non-finite value.
+    """
     if len(xs) != len(ys) or len(set(xs)) < 2:
         raise ValueError(f"slope: expected >= 2 distinct x values and as many ys, got xs={xs}, ys={ys}")
+    if not all(math.isfinite(v) for v in (*xs, *ys)):
+        raise ValueError(f"slope: expected finite values, got xs={xs}, ys={ys}")
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+# What a payload must hold for the tables and the site: a dict is required keys ("+": a non-empty
+# mapping of any keys), a one-item list a non-empty list, NUMBER a finite number.
+NUMBER = "a finite number"
+_STATS = {"median_s": NUMBER, "first_call_s": NUMBER}
+_STEP_TIMES = {v: {"median_s": NUMBER} for v in FREEZING_VARIANTS}
+PAYLOAD = {
+    "versions": {"+": str},
+    "measured_at": str,
+    "machine": {"cpu": str, "threads": int, "note": str, "devices": {fw: {"device": str} for fw in ("torch", "jax")}},
+    "settings": {"repeats": int, "mode": str},
+    "scenarios": {"+": {"variant": str, "torch": _STATS, "jax": _STATS, "jax_over_torch": NUMBER}},
+    "overhead": {k: {"median_s": NUMBER} for k in ("eager_op", "jit_call", "nnx_jit_call", "nnx_cached_partial_call")},
+}
+OPTIONAL = {
+    "freezing": {
+        "config": {k: int for k in ("B", "D", "H", "C", "backbone_params", "head_params")},
+        "torch": _STEP_TIMES,
+        "jax": _STEP_TIMES,
+        "summary": {
+            fw: {"ideal_s": NUMBER, "ideal_saving": NUMBER, "saving": {v: NUMBER for v in FREEZING_VARIANTS[1:]}}
+            for fw in ("torch", "jax")
+        },
+        "claim": {"claim": str},
+    },
+    "tbptt_memory": {
+        "config": {"B": int, "H": int, "T": [int]},
+        "rows": [{"framework": str, "form": str, "k": str, "T": int, "peak_bytes": int, "median_s": NUMBER}],
+        "growth": {"+": {"peak_ratio": NUMBER, "bytes_per_step": NUMBER, "seconds_per_step": NUMBER}},
+    },
+}
+
+
+def check_payload(payload: object) -> None:
+    """Check a bench payload (as read from --json) has every field the tables and the site read.
+
+    Raises ValueError naming the first bad field (dotted path), what it expected and what it got.
+    """
+    spec = {**PAYLOAD, **{k: v for k, v in OPTIONAL.items() if isinstance(payload, dict) and k in payload}}
+    _check(payload, spec, "payload")
+
+
+def _check(value: object, spec: object, path: str) -> None:
+    if spec is NUMBER:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        want = NUMBER
+    elif spec in (str, int):
+        ok = isinstance(value, spec) and not isinstance(value, bool)
+        want = "a string" if spec is str else "an integer"
+    elif isinstance(spec, list):
+        ok, want = isinstance(value, list) and len(value) > 0, "a non-empty list"
+        if ok:
+            for i, item in enumerate(value):
+                _check(item, spec[0], f"{path}[{i}]")
+    else:
+        ok, want = isinstance(value, dict), "an object"
+        if ok and "+" in spec:
+            ok, want = len(value) > 0, "a non-empty object"
+            for key, item in value.items():
+                _check(item, spec["+"], f"{path}.{key}")
+        elif ok:
+            for key, sub in spec.items():
+                if key not in value:
+                    raise ValueError(f"field {path}.{key} expected {_describe(sub)}, got nothing (missing)")
+                _check(value[key], sub, f"{path}.{key}")
+    if not ok:
+        shown = repr(value) if not isinstance(value, dict | list) or len(repr(value)) < 60 else type(value).__name__
+        raise ValueError(f"field {path} expected {want}, got {shown}")
+
+
+def _describe(spec: object) -> str:
+    if spec is NUMBER:
+        return NUMBER
+    if spec in (str, int):
+        return "a string" if spec is str else "an integer"
+    return "a non-empty list" if isinstance(spec, list) else "an object"
 
 
 # ---------------------------------------------------------------- worker (fresh interpreter)
@@ -300,8 +392,21 @@ def _tbptt_section(cfg, repeats, target_s, progress) -> dict:
     return {"config": {**dims, "k": k_fixed, "T": list(cfg["T"]), "cell": "gru"}, "rows": rows, "growth": growth}
 
 
+def _exit_with_parent(parent: int) -> None:
+    """End this worker when the process that started it is gone (killed, say): never orphaned."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _worker(config: dict, out_path: str) -> None:
     """Measure in this fresh interpreter and write the payload as JSON to out_path."""
+    _exit_with_parent(os.getppid())
+    cpus_available = len(available_cpus())
     cpus = _pin(config["threads"])
     err = Console(stderr=True)
     progress = (lambda text: None) if config["quiet"] else (lambda text: err.print(f"[dim]bench: {text}[/dim]"))
@@ -328,7 +433,7 @@ def _worker(config: dict, out_path: str) -> None:
     payload = {
         "machine": {
             "cpu": _cpu_model(),
-            "cpus_available": len(available_cpus()),
+            "cpus_available": cpus_available,
             "cpus_used": cpus,
             "threads": config["threads"],
             "devices": devices,
@@ -337,6 +442,7 @@ def _worker(config: dict, out_path: str) -> None:
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
         },
         "settings": {"repeats": repeats, "mode": config["mode"], "dtype": "float32", "target_block_s": target_s},
+        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     payload["scenarios"], payload["overhead"] = _scenarios_section(config["scenarios"], repeats, target_s, progress)
     if config["freezing"]:
@@ -366,15 +472,17 @@ def run(
     RuntimeError if the worker fails (its stderr was shown).
     """
     known = scenario_names()
+    if isinstance(scenarios, str):
+        raise ValueError(f"bench: scenarios expected a list of names, got the string {scenarios!r}")
     names = list(known) if not scenarios else list(dict.fromkeys(scenarios))
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"bench: scenario expected one of {list(known)}, got {unknown}")
-    if repeats < 1:
-        raise ValueError(f"bench: repeats expected >= 1, got {repeats}")
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise ValueError(f"bench: repeats expected an integer >= 1, got {repeats!r}")
     cpus = len(available_cpus())
     threads = cpus if threads is None else threads
-    if not 1 <= threads <= cpus:
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= cpus:
         raise ValueError(f"bench: threads expected 1..{cpus} (the CPUs this process may use), got {threads}")
     config = {
         "scenarios": names,
@@ -385,13 +493,28 @@ def run(
         "mode": "quick" if quick else "full",
         "quiet": quiet,
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "bench.json"
-        cmd = [sys.executable, "-m", "shared.bench", "--worker", json.dumps(config), str(out)]
-        proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent, check=False)
-        if proc.returncode != 0 or not out.exists():
-            raise RuntimeError(f"bench: the measuring process failed with exit code {proc.returncode} (see above)")
-        return json.loads(out.read_text(encoding="utf-8"))
+    previous = signal.signal(signal.SIGTERM, _terminated)  # so that `finally` stops the worker
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "bench.json"
+            cmd = [sys.executable, "-m", "shared.bench", "--worker", json.dumps(config), str(out)]
+            proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent)
+            try:
+                code = proc.wait()
+            finally:
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait()
+            if code != 0 or not out.exists():
+                how = f"was killed by signal {-code}" if code < 0 else f"failed with exit code {code}"
+                raise RuntimeError(f"bench: the measuring process {how} (its messages, if any, are above)")
+            return json.loads(out.read_text(encoding="utf-8"))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _terminated(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _ms(seconds: float) -> str:
@@ -498,27 +621,48 @@ def print_tables(payload: Mapping, console: Console) -> None:
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:
-    """Run the bench, print the tables, write JSON on request; 0, 1 if the measuring process failed, 2 on a bad argument."""
-    from shared.cli import _versions
+    """Run the bench, write JSON on request, print the tables.
 
+    Returns 0; 1 if the measuring process failed or the JSON could not be written (a previous
+    file there is left as it was); bad arguments raise UsageError (exit 2).
+    """
+    from shared.cli import UsageError, _versions  # imported here: cli imports this module lazily
+
+    err = Console(stderr=True)
     start = time.perf_counter()
     try:
         payload = run(args.scenarios, args.repeats, args.threads, args.quick, args.quiet)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        return 2
-    except RuntimeError as exc:  # the worker's own traceback is already on stderr
-        console.print(f"[red]error:[/red] {exc}")
+        raise UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        kept = f"; {args.json} was left as it was" if args.json and Path(args.json).exists() else ""
+        err.print(f"detach-parity bench: error: {exc}{kept}", markup=False, highlight=False)
         return 1
     payload = {"versions": _versions(), **payload, "seconds": round(time.perf_counter() - start, 3)}
+    if args.json:  # before the tables: a closed stdout must not lose the measurements
+        try:
+            _write_json(Path(args.json), payload)
+        except OSError as exc:
+            err.print(f"detach-parity bench: error: could not write {args.json}: {exc}", markup=False, highlight=False)
+            return 1
     print_tables(payload, console)
     console.print(f"bench done in {payload['seconds']:.1f} s (measurements, not assertions)")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
+        console.print(f"wrote {args.json}", markup=False, highlight=False)
+    return 0
+
+
+def _write_json(path: Path, payload: Mapping) -> None:
+    """Write atomically: a temporary file in the same folder, renamed over `path` once complete."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=2, sort_keys=True)
             fh.write("\n")
-        console.print(f"wrote {args.json}")
-    return 0
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def add_parser(sub) -> None:
@@ -535,5 +679,7 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_bench)
 
 
-if __name__ == "__main__" and sys.argv[1:2] == ["--worker"]:
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "--worker":
+        sys.exit("usage: python -m shared.bench --worker CONFIG_JSON OUT_PATH (internal: run `detach-parity bench`)")
     _worker(json.loads(sys.argv[2]), sys.argv[3])

@@ -19,7 +19,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-__all__ = ["FLOAT_DTYPES", "Field", "Fixture", "validate", "make", "from_arrays"]
+__all__ = ["FLOAT_DTYPES", "Field", "Fixture", "validate", "make", "from_arrays", "require"]
 
 FLOAT_DTYPES = ("float32", "float64")
 _KIND_DTYPE = {"int": np.dtype("int64"), "bool": np.dtype("bool")}
@@ -280,3 +280,14 @@ def from_arrays(scenario: str, arrays: Mapping[str, np.ndarray], *, case: str = 
         }
         raise ValueError(f"fixture {scenario!r}: float fields expected one dtype of {FLOAT_DTYPES}, got {by_field}")
     return Fixture(scenario, float_dtypes.pop(), dict(arrays), spec.schema, seed=None, case=case, checks=spec.checks)
+
+
+def require(fx: object, scenario: str, dtype: str, who: str) -> Fixture:
+    """fx itself if it is a `dtype` Fixture of `scenario`.
+
+    Raises ValueError naming `who`, the expected and the actual fixture.
+    """
+    if isinstance(fx, Fixture) and fx.scenario == scenario and fx.dtype == dtype:
+        return fx
+    got = f"a {fx.dtype} Fixture of {fx.scenario!r}" if isinstance(fx, Fixture) else type(fx).__name__
+    raise ValueError(f"{who}: fx expected a {dtype} Fixture of {scenario!r}, got {got}")

@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,21 +172,24 @@ def load_bench(path: Path | str) -> dict:
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"bench file {str(path)!r}: expected a readable JSON file, got {exc}") from None
-    if not isinstance(payload, dict):
-        raise ValueError(f"bench file {str(path)!r}: expected a JSON object, got {type(payload).__name__}")
-    missing = [k for k in ("machine", "settings", "scenarios", "overhead", "versions") if k not in payload]
-    if missing:
-        raise ValueError(
-            f"bench file {str(path)!r}: expected the keys of `detach-parity bench --json`, missing {missing}"
-        )
+    from shared.bench import check_payload
+
+    try:
+        check_payload(payload)
+    except ValueError as exc:
+        raise ValueError(f"bench file {str(path)!r}: {exc} (write it with `detach-parity bench --json`)") from None
     return payload
 
 
-def render_bench(env, payload: dict, root: Path) -> str:
-    """bench.html: the bench's machine, tables and figures (drawn into root/figures/)."""
+def render_bench(env, payload: dict, root: Path, pages: Collection[str] = ()) -> str:
+    """bench.html: the bench's machine, tables and figures (drawn into root/figures/).
+
+    pages: the scenario pages this site has; only those are linked.
+    """
     from shared.figures import bench_figures
 
-    return env.get_template("bench.html").render(b=payload, m=payload["machine"], figures=bench_figures(payload, root))
+    figures = bench_figures(payload, root)
+    return env.get_template("bench.html").render(b=payload, m=payload["machine"], figures=figures, pages=set(pages))
 
 
 def render_index(env, pages: Sequence[Page], seed: int = 0, has_bench: bool = False) -> str:
@@ -271,7 +274,11 @@ def build(
     env = environment()
     has_bench = bench_payload is not None
     if has_bench:
-        (root / "bench.html").write_text(render_bench(env, bench_payload, root), encoding="utf-8")
+        names = [p.spec.name for p in pages]
+        (root / "bench.html").write_text(render_bench(env, bench_payload, root, names), encoding="utf-8")
+    else:  # a bench page from an earlier build would now be unreachable and stale
+        for stale in [root / "bench.html", *root.glob("figures/bench-*.svg")]:
+            stale.unlink(missing_ok=True)
     (root / "index.html").write_text(render_index(env, pages, seed, has_bench), encoding="utf-8")
     for i, page in enumerate(pages):
         prev = pages[i - 1] if i > 0 else None

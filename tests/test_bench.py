@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import bench, cli, site
+from shared import bench, cli, fixtures, site
 
 QUICK = bench.SIZES["quick"]
 pytestmark = pytest.mark.xdist_group("bench")  # one worker runs the quick bench once for every test here
@@ -98,10 +98,17 @@ def test_interleaves_rounds_and_times_the_first_call_apart() -> None:
     assert set(out) == {"a", "b"} and all(
         r["n"] == 3 and r["inner"] == 1 and r["first_call_s"] > 0 for r in out.values()
     )
-    with pytest.raises(ValueError, match="repeats expected >= 1, got 0"):
+    with pytest.raises(ValueError, match="repeats expected an integer >= 1, got 0"):
         bench.interleaved(steps, repeats=0, target_s=0.0)
     with pytest.raises(ValueError, match="steps expected at least one step to time, got none"):
         bench.interleaved({}, repeats=1, target_s=0.0)
+    for bad in (float("nan"), float("inf"), -1.0):
+        with pytest.raises(ValueError, match=f"target_s expected a finite number of seconds >= 0, got {bad}"):
+            bench.interleaved(steps, repeats=1, target_s=bad)
+    with pytest.raises(ValueError, match="repeats expected an integer >= 1, got 1.5"):
+        bench.interleaved(steps, repeats=1.5, target_s=0.0)
+    with pytest.raises(ValueError, match="steps expected a mapping of label to callable, got list"):
+        bench.interleaved([steps["a"]], repeats=1, target_s=0.0)
 
 
 def test_slope_is_least_squares_and_refuses_one_point() -> None:
@@ -109,6 +116,53 @@ def test_slope_is_least_squares_and_refuses_one_point() -> None:
     assert bench.slope([1, 2, 3], [5, 5, 5]) == 0
     with pytest.raises(ValueError, match="expected >= 2 distinct x values"):
         bench.slope([4, 4], [1, 2])
+    with pytest.raises(ValueError, match="slope: expected finite values"):
+        bench.slope([1, 2], [1, float("nan")])
+
+
+def test_run_refuses_bad_python_arguments_before_starting_a_worker() -> None:
+    with pytest.raises(ValueError, match="scenarios expected a list of names, got the string 'basics'"):
+        bench.run("basics")
+    with pytest.raises(ValueError, match="repeats expected an integer >= 1, got 1.5"):
+        bench.run(["basics"], repeats=1.5)
+    with pytest.raises(ValueError, match="threads expected 1..[0-9]+ .*got True"):
+        bench.run(["basics"], threads=True)
+
+
+def test_sigterm_to_bench_also_ends_its_worker() -> None:
+    """A killed bench leaves no measuring process behind (it would hold the CPUs, at 100 %, forever)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parent.parent
+    argv = [sys.executable, "-m", "shared.cli", "bench", "basics", "--quick", "--repeats", "100000000", "--quiet"]
+    parent = subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def children() -> list[int]:
+        out = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat[1]) == parent.pid and b"--worker" in cmdline:
+                out.append(int(pid))
+        return out
+
+    deadline = time.monotonic() + 60
+    while not (workers := children()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert workers, "the bench did not start its measuring process"
+    parent.send_signal(signal.SIGTERM)
+    assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 15
+    while Path(f"/proc/{workers[0]}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not Path(f"/proc/{workers[0]}").exists(), "the measuring process outlived the bench"
 
 
 @pytest.mark.parametrize(
@@ -117,11 +171,12 @@ def test_slope_is_least_squares_and_refuses_one_point() -> None:
         (["bench", "nope"], "bench: scenario expected one of ['basics', 'linear_regression'"),
         (["bench", "p01_std_convention"], "got ['p01_std_convention']"),
         (["bench", "--threads", "999"], "bench: threads expected 1.."),
+        (["bench", "[/red]"], "got ['[/red]']"),  # printed as text, not read as markup
     ],
 )
 def test_bad_scenario_or_threads_exit_2_before_measuring(argv: list[str], message: str, capsys) -> None:
     assert cli.main([*argv, "--quiet"]) == 2
-    assert message in " ".join(capsys.readouterr().out.split())
+    assert message in " ".join(capsys.readouterr().err.split())  # on stderr, as every subcommand's errors
 
 
 def test_bad_repeats_exit_2(capsys) -> None:
@@ -198,8 +253,13 @@ def test_tbptt_steps_return_the_same_loss_without_a_graph(form: str) -> None:
     for step in (torch_bench.tbptt_step, jax_bench.tbptt_step):
         with pytest.raises(ValueError, match="tbptt_step: form expected one of .*got 'bogus'"):
             step(fx, "bogus", 4)
-        with pytest.raises(ValueError, match="train_windows: k expected to divide T = 8, got k = 3"):
+        with pytest.raises(ValueError, match="tbptt_step: k expected to divide T = 8, got k = 3"):
             step(fx, "windows", 3)
+        for bad in (0, -4, 16):  # one backward needs no division, but k still lies in [1, T]
+            with pytest.raises(ValueError, match=rf"tbptt_step: k expected an integer in \[1, T = 8\], got {bad}"):
+                step(fx, "one_backward", bad)
+        with pytest.raises(ValueError, match="tbptt_step: fx expected a float32 Fixture of 'tbptt', got a float64"):
+            step(fixtures.make("tbptt", "float64"), "windows", 4)
 
 
 def test_bench_fixtures_are_validated_float32() -> None:
@@ -223,18 +283,76 @@ def test_site_shows_the_bench_tables_and_plots(quick_json: Path, quick: dict, tm
     assert f'<td>torch windows k=4</td><td class="num">{growth["peak_ratio"]:.2f}×</td>' in html
 
 
-def test_site_refuses_a_file_that_is_not_a_bench_payload(tmp_path: Path, capsys) -> None:
+def _broken(payload: dict, path: str, value: object) -> dict:
+    """A deep copy of payload with the dotted path set to value (DELETE: removed)."""
+    out = json.loads(json.dumps(payload))
+    *parents, last = path.split(".")
+    node = out
+    for key in parents:
+        node = node[key]
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return out
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize(
+    "path, value, message",
+    [
+        ("machine", "x", "field payload.machine expected an object, got 'x'"),
+        ("scenarios.basics.jax_over_torch", DELETE, "field payload.scenarios.basics.jax_over_torch expected a finite"),
+        (
+            "scenarios.basics.jax_over_torch",
+            float("nan"),
+            "payload.scenarios.basics.jax_over_torch expected a finite number, got nan",
+        ),
+        ("freezing.summary", DELETE, "field payload.freezing.summary expected an object, got nothing (missing)"),
+        ("overhead", {}, "field payload.overhead.eager_op expected an object, got nothing (missing)"),
+        ("scenarios", {}, "field payload.scenarios expected a non-empty object, got {}"),
+        ("tbptt_memory.rows", [], "field payload.tbptt_memory.rows expected a non-empty list, got []"),
+        ("versions", DELETE, "field payload.versions expected an object, got nothing (missing)"),
+    ],
+)
+def test_site_refuses_a_bench_file_with_a_bad_field_before_any_page(
+    quick: dict, path: str, value: object, message: str, tmp_path: Path, capsys
+) -> None:
     bad = tmp_path / "bench.json"
-    bad.write_text('{"scenarios": {}}', encoding="utf-8")
+    bad.write_text(json.dumps(_broken(quick, path, value)), encoding="utf-8")
     assert cli.main(["site", "basics", "--out", str(tmp_path / "site"), "--bench", str(bad), "--quiet"]) == 2
+    err = "".join(capsys.readouterr().err.split())  # the console may wrap a long path anywhere
+    assert "".join(f"bench file {str(bad)!r}".split()) in err and "".join(message.split()) in err, err
+    assert not (tmp_path / "site").exists()  # refused before any page or figure was written
+
+
+def test_a_failed_measuring_process_exits_1_and_keeps_the_previous_json(monkeypatch, tmp_path, capsys) -> None:
+    class Failed:
+        def __init__(self, cmd, **kw) -> None:
+            pass
+
+        def wait(self) -> int:
+            return 3
+
+        def poll(self) -> int:
+            return 3
+
+    previous = tmp_path / "bench.json"
+    previous.write_text('{"kept": true}\n', encoding="utf-8")
+    monkeypatch.setattr(bench.subprocess, "Popen", Failed)
+    assert cli.main(["bench", "basics", "--quiet", "--json", str(previous)]) == 1
     err = " ".join(capsys.readouterr().err.split())
-    assert "bench file" in err and "missing ['machine', 'settings', 'overhead', 'versions']" in err
-    assert not (tmp_path / "site").exists()  # refused before any page was written
+    assert "the measuring process failed with exit code 3" in err and "was left as it was" in err
+    assert json.loads(previous.read_text(encoding="utf-8")) == {"kept": True}
 
 
-def test_a_failed_measuring_process_exits_1_with_its_code(monkeypatch, capsys) -> None:
-    import subprocess
-
-    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 3))
-    assert cli.main(["bench", "basics", "--quiet"]) == 1
-    assert "the measuring process failed with exit code 3" in " ".join(capsys.readouterr().out.split())
+def test_json_is_written_atomically(tmp_path) -> None:
+    path = tmp_path / "bench.json"
+    path.write_text("old", encoding="utf-8")
+    with pytest.raises(TypeError):
+        bench._write_json(path, {"not serialisable": object()})
+    assert path.read_text(encoding="utf-8") == "old" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
+    bench._write_json(path, {"a": 1})
+    assert json.loads(path.read_text(encoding="utf-8")) == {"a": 1}

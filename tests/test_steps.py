@@ -73,7 +73,12 @@ def test_unknown_name_or_variant_raises(steps) -> None:
 
 @pytest.mark.parametrize("steps", [torch_steps, jax_steps], ids=["torch", "jax"])
 def test_wrong_fixture_raises(steps) -> None:
-    with pytest.raises(ValueError, match="fx expected a Fixture of 'basics', got one of 'data_vs_detach'"):
+    with pytest.raises(
+        ValueError,
+        match="scenario_step: fx expected a float32 Fixture of 'basics', got a float32 Fixture of 'data_vs_detach'",
+    ):
         steps.scenario_step("basics", _fixture("data_vs_detach"))
-    with pytest.raises(ValueError, match="fx.dtype expected 'float32', got 'float64'"):
+    with pytest.raises(
+        ValueError, match="fx expected a float32 Fixture of 'basics', got a float64 Fixture of 'basics'"
+    ):
         steps.scenario_step("basics", make("basics", "float64"))

@@ -290,3 +290,29 @@ def test_train_windows_memory_is_flat_in_T_where_one_grad_over_unroll_is_not() -
             temp[name, t] = jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
     assert temp["windows", 32] < 1.1 * temp["windows", 8], temp  # flat up to a few bytes of layout
     assert temp["one_grad", 32] > 2.5 * temp["one_grad", 8] > 0, temp  # one step's residuals per step
+
+
+@pytest.mark.parametrize(
+    "k, targets_t, message",
+    [
+        (-4, 8, r"train_windows: k expected an integer in \[1, T = 8\], got -4"),  # 8 % -4 == 0: no window ran
+        (0, 8, r"k expected an integer in \[1, T = 8\], got 0"),
+        (True, 8, r"k expected an integer in \[1, T = 8\], got True"),
+        (2.5, 8, r"k expected an integer in \[1, T = 8\], got 2.5"),
+        (16, 8, r"k expected an integer in \[1, T = 8\], got 16"),
+        (4, 16, "train_windows: targets expected T = 8 steps, as x, got 16"),
+        (3, 8, "train_windows: k expected to divide T = 8, got k = 3"),
+    ],
+)
+def test_train_windows_refuses_a_bad_k_or_targets_in_both_frameworks(k, targets_t: int, message: str) -> None:
+    fx = fixtures.make("tbptt", "float32")
+    x, h0 = np.array(fx["x"][:8]), np.array(fx["h0"])
+    targets = np.zeros((targets_t, *fx["targets"].shape[1:]), np.float32)
+    model_t = tt.build_model(fx, "gru")
+    model_j, params = jt.build_model(fx, "gru")
+    for call in (
+        lambda: tt.train_windows(model_t, torch.from_numpy(x), torch.from_numpy(h0), torch.from_numpy(targets), k),
+        lambda: jt.train_windows(model_j, params, jnp.asarray(x), jnp.asarray(h0), jnp.asarray(targets), k),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()

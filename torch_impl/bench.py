@@ -23,6 +23,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from shared.fixtures import require
+from shared.scenarios.tbptt import check_windows
 from torch_impl import frozen_backbone, tbptt
 from torch_impl._common import tensor
 
@@ -43,7 +45,7 @@ def dispatch_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
 
     What a tiny step pays per operation in eager mode; compare the JAX twin's per-call costs.
     """
-    x = tensor(fx, "x")
+    x = tensor(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
     return {"eager_op": _synced(lambda: x + 1.0)}
 
 
@@ -60,7 +62,9 @@ def freezing_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
     frozen step, `backbone_forward` (no_grad) and `head_step` (head forward, backward and AdamW on
     fixed features); and the grad modes of one forward pass, `forward_grad` (graph built),
     `forward_no_grad`, `forward_inference_mode`. fx: a float32 frozen_backbone fixture.
+    Raises ValueError for any other fixture.
     """
+    require(fx, "frozen_backbone", "float32", "freezing_steps")
     x, labels = tensor(fx, "x"), tensor(fx, "labels")
     steps: dict[str, Callable[[], torch.Tensor]] = {}
     for variant in ("full_finetune", "detach_features", "freeze_params"):
@@ -133,14 +137,15 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], torch.Tensor], Calla
     step and returns the most bytes allocated at once during it (CUDA: max_memory_allocated;
     CPU: the running sum of torch.profiler's memory events); inputs and weights are allocated
     before and not counted.
-    Raises ValueError on an unknown form, or as train_windows when k does not divide T.
+    Raises ValueError on an unknown form, a fixture that is not a float32 tbptt one, or a k that
+    is not an int in [1, T] (dividing T for "windows").
     """
     if form not in FORMS:
         raise ValueError(f"tbptt_step: form expected one of {FORMS}, got {form!r}")
+    t_steps = require(fx, "tbptt", "float32", "tbptt_step").dims["T"]
+    k = check_windows("tbptt_step", k, t_steps, divides=form == "windows")
     model = tbptt.build_model(fx, "gru")
     x, h0, targets = tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "targets")
-    if form == "windows" and x.shape[0] % k:
-        raise ValueError(f"train_windows: k expected to divide T = {x.shape[0]}, got k = {k}")
 
     def step() -> torch.Tensor:
         model.zero_grad(set_to_none=True)

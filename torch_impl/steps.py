@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import torch
 
-from shared.fixtures import Fixture
+from shared.fixtures import Fixture, require
 from shared.registry import get
 from shared.scenarios.grad_clipping import REGIMES
 from shared.scenarios.tbptt import CELLS, window
@@ -311,11 +311,7 @@ def scenario_step(name: str, fx: Fixture, variant: str | None = None) -> Step:
     """
     if name not in STEPS:
         raise ValueError(f"scenario_step: name expected one of {list(STEPS)}, got {name!r}")
-    if not isinstance(fx, Fixture) or fx.scenario != name:
-        got = f"one of {fx.scenario!r}" if isinstance(fx, Fixture) else type(fx).__name__
-        raise ValueError(f"scenario_step: fx expected a Fixture of {name!r}, got {got}")
-    if fx.dtype != "float32":  # mirrors the JAX twin, which would need x64 switched on for the step's lifetime
-        raise ValueError(f"scenario_step: fx.dtype expected 'float32', got {fx.dtype!r}")
+    require(fx, name, "float32", "scenario_step")  # float32 only: JAX would need x64 on for the step's lifetime
     spec = get(name)
     variant = spec.variants[0] if variant is None else spec.check_variant(variant)
     return STEPS[name](fx, variant)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from shared.losses import check_same_shape
-from shared.scenarios.tbptt import CELLS, window
+from shared.scenarios.tbptt import CELLS, check_windows, window
 from torch_impl._common import numpy, scenario_run, tensor
 from torch_impl._layout import canonical_grads, load_canonical
 
@@ -90,12 +90,11 @@ def train_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, targets: t
     x [T, B, I], h [B, H], targets [T, B, O]. The gradient of the summed loss accumulates in
     the parameters' .grad (zero them first); returns the summed loss [] (no graph). Only one
     window's graph is alive at a time: peak memory is flat in T for a fixed k (C11).
-    Raises ValueError unless k divides T (mirrors the JAX scan over equal windows) or on a
-    targets shape mismatch.
+    Raises ValueError unless k is an int in [1, T] dividing T (mirrors the JAX scan over equal
+    windows) and targets have T steps, or on a targets shape mismatch (step_loss).
     """
     t_steps = x.shape[0]
-    if t_steps % k:
-        raise ValueError(f"train_windows: k expected to divide T = {t_steps}, got k = {k}")
+    k = check_windows("train_windows", k, t_steps, targets.shape[0])
     total = x.new_zeros(())
     for start in range(0, t_steps, k):
         h = h.detach()  # GRAD-FLOW: a new window starts from a constant carry

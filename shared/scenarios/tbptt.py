@@ -38,6 +38,21 @@ SCHEMA = {
 }
 
 
+def check_windows(name: str, k: object, t_steps: int, target_steps: int | None = None, divides: bool = True) -> int:
+    """A truncation length k for `name`, checked: an int in [1, T], dividing T when `divides`.
+
+    target_steps: the targets' T, which must equal x's T. Returns k.
+    Raises ValueError naming k (or targets), the expected and the actual value.
+    """
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= t_steps:
+        raise ValueError(f"{name}: k expected an integer in [1, T = {t_steps}], got {k!r}")
+    if target_steps is not None and target_steps != t_steps:
+        raise ValueError(f"{name}: targets expected T = {t_steps} steps, as x, got {target_steps}")
+    if divides and t_steps % k:
+        raise ValueError(f"{name}: k expected to divide T = {t_steps}, got k = {k}")
+    return int(k)
+
+
 def window(variant: str, t_steps: int) -> int:
     """The truncation length k of a variant: "k=1" -> 1, "k=10" -> 10, "k=T" -> T.
 
