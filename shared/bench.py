@@ -50,6 +50,7 @@ __all__ = [
     "interleaved",
     "slope",
     "run",
+    "noisy_timings",
     "print_tables",
     "cmd_bench",
     "add_parser",
@@ -86,9 +87,22 @@ def scenario_names() -> tuple[str, ...]:
     return tuple(n for n in registry.names() if registry.get(n).family == "scenarios")
 
 
+NOISY = 0.25  # a step whose interquartile range exceeds this fraction of its median is flagged noisy
+
+
 def _stats(times: Sequence[float]) -> dict[str, float]:
     q = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [times[0]] * 3
-    return {"median_s": statistics.median(times), "p25_s": q[0], "p75_s": q[2], "min_s": min(times), "n": len(times)}
+    median = statistics.median(times)
+    spread = (q[2] - q[0]) / median
+    return {
+        "median_s": median,
+        "p25_s": q[0],
+        "p75_s": q[2],
+        "min_s": min(times),
+        "n": len(times),
+        "spread": spread,
+        "noisy": spread > NOISY,
+    }
 
 
 def interleaved(
@@ -144,12 +158,18 @@ def slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 # What a payload must hold for the tables and the site: a dict is required keys ("+": a non-empty
 # mapping of any keys), a one-item list a non-empty list, NUMBER a finite number.
 NUMBER = "a finite number"
-_STATS = {"median_s": NUMBER, "first_call_s": NUMBER}
-_STEP_TIMES = {v: {"median_s": NUMBER} for v in FREEZING_VARIANTS}
+_STATS = {"median_s": NUMBER, "p25_s": NUMBER, "p75_s": NUMBER, "noisy": bool, "first_call_s": NUMBER}
+_STEP_TIMES = {v: {"median_s": NUMBER, "p25_s": NUMBER, "p75_s": NUMBER, "noisy": bool} for v in FREEZING_VARIANTS}
 PAYLOAD = {
     "versions": {"+": str},
     "measured_at": str,
-    "machine": {"cpu": str, "threads": int, "note": str, "devices": {fw: {"device": str} for fw in ("torch", "jax")}},
+    "machine": {
+        "cpu": str,
+        "threads": int,
+        "note": str,
+        "load_average_before": [NUMBER],
+        "devices": {fw: {"device": str} for fw in ("torch", "jax")},
+    },
     "settings": {"repeats": int, "mode": str},
     "scenarios": {"+": {"variant": str, "torch": _STATS, "jax": _STATS, "jax_over_torch": NUMBER}},
     "overhead": {k: {"median_s": NUMBER} for k in ("eager_op", "jit_call", "nnx_jit_call", "nnx_cached_partial_call")},
@@ -167,7 +187,9 @@ OPTIONAL = {
     },
     "tbptt_memory": {
         "config": {"B": int, "H": int, "T": [int]},
-        "rows": [{"framework": str, "form": str, "k": str, "T": int, "peak_bytes": int, "median_s": NUMBER}],
+        "rows": [
+            {"framework": str, "form": str, "k": str, "T": int, "peak_bytes": int, "median_s": NUMBER, "noisy": bool}
+        ],
         "growth": {"+": {"peak_ratio": NUMBER, "bytes_per_step": NUMBER, "seconds_per_step": NUMBER}},
     },
 }
@@ -186,6 +208,8 @@ def _check(value: object, spec: object, path: str) -> None:
     if spec is NUMBER:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         want = NUMBER
+    elif spec is bool:
+        ok, want = isinstance(value, bool), "true or false"
     elif spec in (str, int):
         ok = isinstance(value, spec) and not isinstance(value, bool)
         want = "a string" if spec is str else "an integer"
@@ -213,8 +237,8 @@ def _check(value: object, spec: object, path: str) -> None:
 def _describe(spec: object) -> str:
     if spec is NUMBER:
         return NUMBER
-    if spec in (str, int):
-        return "a string" if spec is str else "an integer"
+    if spec in (str, int, bool):
+        return {str: "a string", int: "an integer", bool: "true or false"}[spec]
     return "a non-empty list" if isinstance(spec, list) else "an object"
 
 
@@ -385,11 +409,16 @@ def _tbptt_section(cfg, repeats, target_s, progress) -> dict:
             peak = [r["peak_bytes"] for r in sel]
             growth[f"{fw} {form} {label}"] = {
                 "bytes_per_step": slope(ts, peak),
-                "seconds_per_step": slope(ts, [r["median_s"] for r in sel]),
-                "peak_ratio": peak[-1] / peak[0] if peak[0] else math.inf,
+                "seconds_per_step": slope(ts, [r["min_s"] for r in sel]),  # the fastest round: least disturbed
+                "peak_ratio": peak[-1] / peak[0],
                 "T_ratio": ts[-1] / ts[0],
             }
     return {"config": {**dims, "k": k_fixed, "T": list(cfg["T"]), "cell": "gru"}, "rows": rows, "growth": growth}
+
+
+def _tbptt_repeats(repeats: int) -> int:
+    """Rounds for the tbptt sweep: at most 5, its longest steps take a third of a second."""
+    return max(1, min(repeats, 5))
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -433,6 +462,7 @@ def _worker(config: dict, out_path: str) -> None:
     payload = {
         "machine": {
             "cpu": _cpu_model(),
+            "load_average_before": list(os.getloadavg()),  # 1, 5, 15 min: > 0 means others were running
             "cpus_available": cpus_available,
             "cpus_used": cpus,
             "threads": config["threads"],
@@ -441,14 +471,22 @@ def _worker(config: dict, out_path: str) -> None:
             "jax_backend": jax.default_backend(),
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
         },
-        "settings": {"repeats": repeats, "mode": config["mode"], "dtype": "float32", "target_block_s": target_s},
+        "settings": {
+            "repeats": repeats,
+            "tbptt_repeats": _tbptt_repeats(repeats),
+            "mode": config["mode"],
+            "dtype": "float32",
+            "target_block_s": target_s,
+            "noisy_above": NOISY,
+        },
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
     }
     payload["scenarios"], payload["overhead"] = _scenarios_section(config["scenarios"], repeats, target_s, progress)
     if config["freezing"]:
         payload["freezing"] = _freezing_section(sizes["freezing"], repeats, target_s, progress)
     if config["tbptt"]:
-        payload["tbptt_memory"] = _tbptt_section(sizes["tbptt"], max(1, min(repeats, 5)), target_s, progress)
+        payload["tbptt_memory"] = _tbptt_section(sizes["tbptt"], _tbptt_repeats(repeats), target_s, progress)
+    payload["machine"]["load_average_after"] = list(os.getloadavg())
     with open(out_path, "w", encoding="utf-8") as fh:
         json.dump(payload, fh)
 
@@ -522,7 +560,18 @@ def _ms(seconds: float) -> str:
 
 
 def _spread(r: Mapping[str, float]) -> str:
-    return f"{_ms(r['median_s'])} ±{100 * (r['p75_s'] - r['p25_s']) / 2 / r['median_s']:.0f}%"
+    flag = " ⚠" if r["noisy"] else ""
+    return f"{_ms(r['median_s'])} ±{100 * (r['p75_s'] - r['p25_s']) / 2 / r['median_s']:.0f}%{flag}"
+
+
+def noisy_timings(payload: Mapping) -> list[str]:
+    """Labels of the timings whose interquartile range exceeds NOISY of their median."""
+    out = [f"{name} {fw}" for name, r in payload["scenarios"].items() for fw in ("torch", "jax") if r[fw]["noisy"]]
+    for fw in ("torch", "jax"):
+        out += [f"freezing {fw} {k}" for k, r in payload.get("freezing", {}).get(fw, {}).items() if r["noisy"]]
+    rows = payload.get("tbptt_memory", {}).get("rows", [])
+    out += [f"tbptt {r['framework']} {r['form']} {r['k']} T={r['T']}" for r in rows if r["noisy"]]
+    return out
 
 
 def _mb(n: float) -> str:
@@ -535,7 +584,15 @@ def print_tables(payload: Mapping, console: Console) -> None:
     where = f"{m['devices']['torch']['device']} / {m['devices']['jax']['device']}, {m['threads']} thread(s)"
     console.print(f"[bold]bench[/bold] on {m['cpu']} — {where}. {m['note']}.")
     table = Table(title="Training step per scenario: torch eager vs JAX jit (float32, the scenario's fixture)")
-    for col in ("scenario", "variant", "torch (median ±IQR/2)", "JAX", "JAX/torch", "JAX compile", "torch 1st call"):
+    for col in (
+        "scenario",
+        "variant",
+        "torch median ±IQR/2",
+        "JAX median ±IQR/2",
+        "JAX/torch",
+        "JAX compile",
+        "torch 1st call",
+    ):
         table.add_column(col, justify="left" if col in ("scenario", "variant") else "right")
     for name, r in payload["scenarios"].items():
         table.add_row(
@@ -611,13 +668,29 @@ def print_tables(payload: Mapping, console: Console) -> None:
             )
         console.print(table)
         growth = Table(title=f"growth from T={cfg['T'][0]} to T={cfg['T'][-1]} (×{cfg['T'][-1] // cfg['T'][0]})")
-        for col in ("framework, form, k", "peak ×", "bytes / step", "seconds / step"):
+        for col in ("framework, form, k", "peak ×", "bytes per time step", "time per time step (fastest round)"):
             growth.add_column(col, justify="left" if col.startswith("framework") else "right")
         for key, g in tb["growth"].items():
             growth.add_row(
                 key, f"{g['peak_ratio']:.2f}×", f"{g['bytes_per_step']:,.0f}", f"{g['seconds_per_step'] * 1e6:.1f} µs"
             )
         console.print(growth)
+    noisy = noisy_timings(payload)
+    load = payload["machine"]["load_average_before"][0]
+    if noisy:
+        shown = ", ".join(noisy[:6]) + (" …" if len(noisy) > 6 else "")
+        console.print(
+            f"[yellow]⚠ {len(noisy)} timing(s) spread by more than {NOISY:.0%} of their median: {shown}. Other work "
+            "was competing for the CPUs: rerun on an idle machine, or with --threads below the number of cores, "
+            "before quoting these times.[/yellow]",
+            highlight=False,
+        )
+    elif load > 1.0:
+        console.print(
+            f"[yellow]⚠ load average {load:.2f} before the run: other processes may have used the CPUs "
+            f"(every spread stayed under {NOISY:.0%}).[/yellow]",
+            highlight=False,
+        )
 
 
 def cmd_bench(args: argparse.Namespace, console: Console) -> int:

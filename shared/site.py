@@ -83,6 +83,10 @@ def environment():
     )
     env.filters["err"] = fmt_err
     env.filters["ms"] = lambda seconds: f"{seconds * 1e3:.3f} ms"
+    env.filters["spread"] = lambda r: (
+        f"{r['median_s'] * 1e3:.3f} ms ±{50 * (r['p75_s'] - r['p25_s']) / r['median_s']:.0f}%"
+        + (" ⚠" if r["noisy"] else "")
+    )
     env.filters["us"] = lambda seconds: f"{seconds * 1e6:.1f} µs"
     env.filters["pct"] = lambda fraction: f"{100 * fraction:.1f} %"
     env.filters["code_spans"] = code_spans
@@ -186,10 +190,16 @@ def render_bench(env, payload: dict, root: Path, pages: Collection[str] = ()) ->
 
     pages: the scenario pages this site has; only those are linked.
     """
+    from shared.bench import noisy_timings
     from shared.figures import bench_figures
 
+    order = [n for n in registry.names() if n in payload["scenarios"]]  # teaching order, as the terminal
+    order += [n for n in payload["scenarios"] if n not in order]
+    payload = {**payload, "scenarios": {n: payload["scenarios"][n] for n in order}}
     figures = bench_figures(payload, root)
-    return env.get_template("bench.html").render(b=payload, m=payload["machine"], figures=figures, pages=set(pages))
+    return env.get_template("bench.html").render(
+        b=payload, m=payload["machine"], figures=figures, pages=set(pages), noisy=noisy_timings(payload)
+    )
 
 
 def render_index(env, pages: Sequence[Page], seed: int = 0, has_bench: bool = False) -> str:

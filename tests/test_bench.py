@@ -37,7 +37,15 @@ def test_quick_run_reports_machine_settings_and_every_scenario(quick: dict) -> N
     assert m["threads"] == 1 and len(m["cpus_used"]) == 1 and m["cpus_available"] >= 1
     assert m["devices"]["torch"]["threads"] == m["devices"]["jax"]["threads"] == 1
     assert "no CUDA device" in m["note"] and m["jax_backend"] == "cpu"
-    assert quick["settings"] == {"repeats": 2, "mode": "quick", "dtype": "float32", "target_block_s": 0.0}
+    assert quick["settings"] == {
+        "repeats": 2,
+        "tbptt_repeats": 2,
+        "mode": "quick",
+        "dtype": "float32",
+        "target_block_s": 0.0,
+        "noisy_above": bench.NOISY,
+    }
+    assert len(m["load_average_before"]) == len(m["load_average_after"]) == 3
     assert list(quick["scenarios"]) == ["basics", "frozen_backbone", "tbptt"]
     for name, r in quick["scenarios"].items():
         assert r["variant"] == {"basics": "z_stopped", "frozen_backbone": "freeze_params", "tbptt": "k=1"}[name]
@@ -45,6 +53,8 @@ def test_quick_run_reports_machine_settings_and_every_scenario(quick: dict) -> N
             s = r[fw]
             assert s["n"] == 2 and s["inner"] == 1 and s["first_call_s"] > 0
             assert 0 < s["min_s"] <= s["p25_s"] <= s["median_s"] <= s["p75_s"]
+            assert s["spread"] == pytest.approx((s["p75_s"] - s["p25_s"]) / s["median_s"])
+            assert s["noisy"] == (s["spread"] > bench.NOISY)
         assert r["jax_over_torch"] == pytest.approx(r["jax"]["median_s"] / r["torch"]["median_s"])
     assert quick["versions"]["torch"].startswith("2.13")
     assert set(quick["overhead"]) == {"eager_op", "jit_call", "nnx_jit_call", "nnx_cached_partial_call"}
@@ -356,3 +366,19 @@ def test_json_is_written_atomically(tmp_path) -> None:
     assert path.read_text(encoding="utf-8") == "old" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
     bench._write_json(path, {"a": 1})
     assert json.loads(path.read_text(encoding="utf-8")) == {"a": 1}
+
+
+def test_noisy_timings_are_flagged_in_the_tables_and_on_the_site(quick: dict, tmp_path: Path) -> None:
+    from rich.console import Console
+
+    noisy = _broken(quick, "scenarios.basics.torch.noisy", True)
+    assert bench.noisy_timings(noisy)[:1] == ["basics torch"]
+    console = Console(record=True, width=200)
+    bench.print_tables(noisy, console)
+    text = console.export_text()
+    assert "⚠" in text and "spread by more than 25% of their median: basics torch" in text
+    path = tmp_path / "noisy.json"
+    path.write_text(json.dumps(noisy), encoding="utf-8")
+    site.build(tmp_path / "site", ["basics"], bench=path)
+    html = (tmp_path / "site" / "bench.html").read_text(encoding="utf-8")
+    assert 'id="bench-noisy"' in html and "basics torch" in html and "not a fresh run" in html
