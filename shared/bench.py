@@ -42,6 +42,7 @@ from shared.cliargs import json_path, positive_int
 __all__ = [
     "SIZES",
     "CLAIM_C16",
+    "GLOSSARY",
     "FREEZING_VARIANTS",
     "PAYLOAD",
     "check_payload",
@@ -70,6 +71,20 @@ SIZES = {
         "tbptt": {"B": 2, "I": 2, "H": 3, "O": 1, "T": (8, 32), "k": 4},
         "target_s": 0.0,
     },
+}
+GLOSSARY = {  # written into every payload, so that the JSON explains itself
+    "median_s, p25_s, p75_s, min_s": "seconds per step over the timed rounds (median, quartiles, fastest)",
+    "n": "timed rounds; each round times `inner` consecutive steps and divides by inner",
+    "spread, noisy": "(p75_s - p25_s) / median_s, and whether it exceeds settings.noisy_above",
+    "first_call_s": "the first call, timed apart: JAX traces and compiles there, torch warms up",
+    "jax_over_torch": "JAX median / torch median: < 1 means JAX is faster",
+    "saving": "1 - step time / full_finetune step time",
+    "ideal_s": "backbone_forward + head_step medians: the frozen step with nothing wasted",
+    "peak_bytes": "torch: most bytes allocated at once during one step; JAX: compiled temp + output bytes",
+    "bytes_per_step, seconds_per_step": "least-squares slope over T: per time step of the sequence",
+    "peak_ratio": "peak_bytes at the largest T / at the smallest T",
+    "fields": "the shapes of the scenario fixture's arrays",
+    "seconds": "wall time of the whole bench command",
 }
 CLAIM_C16 = {"id": "C16", "claim": "detach speeds training up by 15–20 %", "saving": (0.15, 0.20)}
 FREEZING_VARIANTS = ("full_finetune", "detach_features", "freeze_params")
@@ -480,6 +495,7 @@ def _worker(config: dict, out_path: str) -> None:
             "noisy_above": NOISY,
         },
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "glossary": GLOSSARY,
     }
     payload["scenarios"], payload["overhead"] = _scenarios_section(config["scenarios"], repeats, target_s, progress)
     if config["freezing"]:
@@ -575,7 +591,7 @@ def noisy_timings(payload: Mapping) -> list[str]:
 
 
 def _mb(n: float) -> str:
-    return f"{n / 2**20:.2f} MiB"
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
 def print_tables(payload: Mapping, console: Console) -> None:

@@ -46,6 +46,7 @@ def test_quick_run_reports_machine_settings_and_every_scenario(quick: dict) -> N
         "noisy_above": bench.NOISY,
     }
     assert len(m["load_average_before"]) == len(m["load_average_after"]) == 3
+    assert quick["glossary"] == bench.GLOSSARY and "jax_over_torch" in quick["glossary"]
     assert list(quick["scenarios"]) == ["basics", "frozen_backbone", "tbptt"]
     for name, r in quick["scenarios"].items():
         assert r["variant"] == {"basics": "z_stopped", "frozen_backbone": "freeze_params", "tbptt": "k=1"}[name]
