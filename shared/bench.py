@@ -449,7 +449,7 @@ def _exit_with_parent(parent: int) -> None:
 
 def _worker(config: dict, out_path: str) -> None:
     """Measure in this fresh interpreter and write the payload as JSON to out_path."""
-    _exit_with_parent(os.getppid())
+    _exit_with_parent(config["parent"])  # the pid the parent sent: it may be gone before this line runs
     cpus_available = len(available_cpus())
     cpus = _pin(config["threads"])
     err = Console(stderr=True)
@@ -546,6 +546,7 @@ def run(
         "threads": threads,
         "mode": "quick" if quick else "full",
         "quiet": quiet,
+        "parent": os.getpid(),
     }
     previous = signal.signal(signal.SIGTERM, _terminated)  # so that `finally` stops the worker
     try:
@@ -696,9 +697,9 @@ def print_tables(payload: Mapping, console: Console) -> None:
     if noisy:
         shown = ", ".join(noisy[:6]) + (" …" if len(noisy) > 6 else "")
         console.print(
-            f"[yellow]⚠ {len(noisy)} timing(s) spread by more than {NOISY:.0%} of their median: {shown}. Other work "
-            "was competing for the CPUs: rerun on an idle machine, or with --threads below the number of cores, "
-            "before quoting these times.[/yellow]",
+            f"[yellow]⚠ {len(noisy)} timing(s) spread by more than {NOISY:.0%} of their median: {shown}. Usually "
+            "something else was using the CPUs: rerun on an idle machine, or with --threads below the number of "
+            "cores, before quoting these times.[/yellow]",
             highlight=False,
         )
     elif load > 1.0:
@@ -744,6 +745,9 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
 def _write_json(path: Path, payload: Mapping) -> None:
     """Write atomically: a temporary file in the same folder, renamed over `path` once complete."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the result should read like any file written here
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(payload, fh, indent=2, sort_keys=True)

@@ -6,7 +6,9 @@ reports and the facts that do not depend on the machine (which memory grows with
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import weakref
 from pathlib import Path
 
@@ -168,12 +170,19 @@ def test_sigterm_to_bench_also_ends_its_worker() -> None:
     while not (workers := children()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert workers, "the bench did not start its measuring process"
-    parent.send_signal(signal.SIGTERM)
-    assert parent.wait(timeout=30) == 128 + signal.SIGTERM
-    deadline = time.monotonic() + 15
-    while Path(f"/proc/{workers[0]}").exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not Path(f"/proc/{workers[0]}").exists(), "the measuring process outlived the bench"
+    try:
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(timeout=30) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 15
+        while Path(f"/proc/{workers[0]}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(f"/proc/{workers[0]}").exists(), "the measuring process outlived the bench"
+    finally:  # never leave a spinning worker behind, even when the test fails
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if parent.poll() is None:
+            parent.kill()
 
 
 @pytest.mark.parametrize(
@@ -367,6 +376,9 @@ def test_json_is_written_atomically(tmp_path) -> None:
     assert path.read_text(encoding="utf-8") == "old" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
     bench._write_json(path, {"a": 1})
     assert json.loads(path.read_text(encoding="utf-8")) == {"a": 1}
+    umask = os.umask(0)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask  # not mkstemp's private 0600
 
 
 def test_noisy_timings_are_flagged_in_the_tables_and_on_the_site(quick: dict, tmp_path: Path) -> None:
@@ -383,3 +395,13 @@ def test_noisy_timings_are_flagged_in_the_tables_and_on_the_site(quick: dict, tm
     site.build(tmp_path / "site", ["basics"], bench=path)
     html = (tmp_path / "site" / "bench.html").read_text(encoding="utf-8")
     assert 'id="bench-noisy"' in html and "basics torch" in html and "not a fresh run" in html
+
+
+def test_a_worker_whose_parent_is_already_gone_exits_at_once() -> None:
+    """The race a SIGTERM can hit: the parent dies before the worker starts watching it."""
+    import subprocess
+    import sys
+
+    code = "import time, shared.bench as b; b._exit_with_parent(-1); time.sleep(30)"  # -1: never our parent
+    root = Path(__file__).resolve().parent.parent
+    assert subprocess.run([sys.executable, "-c", code], cwd=root, timeout=20, check=False).returncode == 1
