@@ -20,6 +20,25 @@ SCENARIOS = names("scenarios")
 # steps that update parameters or a carry: their second loss differs from the first
 UPDATES = ("frozen_backbone", "dqn_target", "gan", "grad_clipping", "mixed_precision")
 RTOL, ATOL = 1e-4, 1e-6
+# the first step's loss from the float64 oracle's outputs (o) and fixture (a): a check that does
+# not pass when torch and JAX are equally wrong
+ORACLE_LOSS = {
+    "basics": lambda o, a: (a["d"] * o["y"] + a["c"] * o["z"]).sum(),  # loss_total
+    "linear_regression": lambda o, a: o["loss"],
+    "frozen_backbone": lambda o, a: o["loss"],
+    "multitask": lambda o, a: o["loss"],
+    "dqn_target": lambda o, a: o["loss"],
+    "actor_critic": lambda o, a: o["loss"],
+    "maml": lambda o, a: o["query_loss"].sum(),  # summed over tasks
+    "attention_detach": lambda o, a: o["loss"],
+    "gan": lambda o, a: o["d_step/loss"] + o["g_step/loss"],
+    "tbptt": lambda o, a: o["elman/loss"] + o["gru/loss"],
+    "grad_clipping": lambda o, a: o["above/loss"][0],  # the first window, regime "above"
+    "no_grad_inference": lambda o, a: o["loss"],
+    "feature_stats": lambda o, a: o["loss"],
+    "mixed_precision": lambda o, a: o["loss"],
+    "data_vs_detach": lambda o, a: (a["c"] * o["out"]).sum(),
+}
 
 
 def _fixture(name: str):
@@ -33,6 +52,7 @@ def _tolerance(name: str) -> tuple[float, float]:
 
 
 def test_steps_cover_the_scenarios_in_order() -> None:
+    assert list(ORACLE_LOSS) == SCENARIOS
     assert list(torch_steps.STEPS) == SCENARIOS
     assert list(jax_steps.STEPS) == SCENARIOS
     for t_build, j_build in zip(torch_steps.STEPS.values(), jax_steps.STEPS.values(), strict=True):
@@ -57,6 +77,9 @@ def test_torch_and_jax_steps_agree(name: str) -> None:
             assert np.isfinite(loss), f"{name} {side} {call} call: loss {loss}"
         np.testing.assert_allclose(j_loss, t_loss, rtol=rtol, atol=atol, err_msg=f"{name}: {call} call, JAX vs torch")
         calls.append(t_loss)
+    spec = get(name)
+    expect = ORACLE_LOSS[name](spec.oracle(fx, spec.variants[0]), fx.float64())
+    np.testing.assert_allclose(calls[0], expect, rtol=rtol, atol=atol, err_msg=f"{name}: first loss vs the oracle")
     if name in UPDATES:
         assert calls[0] != calls[1], f"{name}: the second step should start from the updated state"
 
