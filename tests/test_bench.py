@@ -16,6 +16,9 @@ import numpy as np
 import pytest
 
 from shared import bench, cli, fixtures, site
+from shared.scenarios.frozen_backbone import PARAMS as FB_PARAMS
+from shared.scenarios.frozen_backbone import cross_entropy, forward
+from shared.scenarios.tbptt import oracle as tbptt_oracle
 
 QUICK = bench.SIZES["quick"]
 pytestmark = pytest.mark.xdist_group("bench")  # one worker runs the quick bench once for every test here
@@ -258,6 +261,22 @@ def test_torch_grad_modes_record_a_graph_only_with_grad_enabled() -> None:
     np.testing.assert_allclose(out["forward_no_grad"].item(), out["forward_grad"].item(), rtol=1e-6)
 
 
+def test_freezing_steps_start_from_the_oracle_loss_in_both_frameworks() -> None:
+    from jax_impl import bench as jax_bench
+    from torch_impl import bench as torch_bench
+
+    fx = bench._fixture("frozen_backbone", QUICK["freezing"])
+    a = fx.float64()
+    expect = cross_entropy(forward({k: a[f"params/{k}"] for k in FB_PARAMS}, a["x"]), a["labels"])
+    for steps in (torch_bench.freezing_steps(fx), jax_bench.freezing_steps(fx)):
+        for name in bench.FREEZING_VARIANTS:  # the loss before each variant's first update
+            loss = steps[name]()
+            assert not getattr(loss, "requires_grad", False), f"{name}: the loss keeps its step's graph"
+            np.testing.assert_allclose(float(loss), expect, rtol=1e-5, err_msg=name)
+    for name in ("no_grad_backbone", "head_step"):
+        assert not torch_bench.freezing_steps(fx)[name]().requires_grad, name
+
+
 @pytest.mark.parametrize("form", ["windows", "one_backward"])
 def test_tbptt_steps_return_the_same_loss_without_a_graph(form: str) -> None:
     from jax_impl import bench as jax_bench
@@ -268,7 +287,9 @@ def test_tbptt_steps_return_the_same_loss_without_a_graph(form: str) -> None:
     j_step, j_peak = jax_bench.tbptt_step(fx, form, 4)
     t_loss = t_step()
     assert not t_loss.requires_grad and t_loss.grad_fn is None  # no graph outlives a step
-    np.testing.assert_allclose(float(j_step()), t_loss.item(), rtol=1e-5)
+    expect = tbptt_oracle(fx, "k=T")["gru/loss"]  # the summed loss does not depend on k
+    np.testing.assert_allclose(t_loss.item(), expect, rtol=1e-5)
+    np.testing.assert_allclose(float(j_step()), expect, rtol=1e-5)
     assert t_peak() > 0 and j_peak() > 0
     for step in (torch_bench.tbptt_step, jax_bench.tbptt_step):
         with pytest.raises(ValueError, match="tbptt_step: form expected one of .*got 'bogus'"):
@@ -334,7 +355,7 @@ DELETE = object()
         ("overhead", {}, "field payload.overhead.eager_op expected an object, got nothing (missing)"),
         ("scenarios", {}, "field payload.scenarios expected a non-empty object, got {}"),
         ("tbptt_memory.rows", [], "field payload.tbptt_memory.rows expected a non-empty list, got []"),
-        ("versions", DELETE, "field payload.versions expected an object, got nothing (missing)"),
+        ("versions", DELETE, "field payload.versions expected a non-empty object, got nothing (missing)"),
     ],
 )
 def test_site_refuses_a_bench_file_with_a_bad_field_before_any_page(

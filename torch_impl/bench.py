@@ -70,7 +70,8 @@ def freezing_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
     for variant in ("full_finetune", "detach_features", "freeze_params"):
         model = frozen_backbone.build_model(fx)
         optimizer = frozen_backbone.make_optimizer(model, fx, variant)
-        steps[variant] = _synced(lambda m=model, o=optimizer, v=variant: frozen_backbone.train_step(m, o, x, labels, v))
+        step = lambda m=model, o=optimizer, v=variant: frozen_backbone.train_step(m, o, x, labels, v).detach()
+        steps[variant] = _synced(step)  # detached: no step's graph outlives it
 
     model = frozen_backbone.build_model(fx)  # nothing frozen: only the grad modes below keep graphs away
     head_optimizer = torch.optim.AdamW(model.head.parameters(), **_adamw_settings(fx))
@@ -117,7 +118,7 @@ def _head_update(head: nn.Linear, optimizer: torch.optim.Optimizer, f: torch.Ten
     loss = frozen_backbone.cross_entropy(head(f), labels)
     loss.backward()
     optimizer.step()
-    return loss
+    return loss.detach()
 
 
 def _synced(step: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
