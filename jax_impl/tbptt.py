@@ -95,11 +95,11 @@ def unroll(model: Recurrent, params: dict, x: jax.Array, h: jax.Array, k: int) -
 def unroll_windows(model: Recurrent, params: dict, x: jax.Array, h: jax.Array, k: int) -> jax.Array:
     """As `unroll`, structured as a scan over windows of k steps, each starting from a stopped carry.
 
-    Raises ValueError unless k divides T (a scan needs equal windows). Compiles once per k.
+    Raises ValueError unless k is an int in [1, T] dividing T (a scan needs equal windows).
+    Compiles once per k.
     """
     t_steps = x.shape[0]
-    if t_steps % k:
-        raise ValueError(f"unroll_windows: k expected to divide T = {t_steps}, got k = {k}")
+    k = check_windows("unroll_windows", k, t_steps)
 
     def run_window(h, xs):  # xs [k, B, I]
         h = jax.lax.stop_gradient(h)  # GRAD-FLOW: a new window starts from a constant carry

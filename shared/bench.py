@@ -222,31 +222,25 @@ def check_payload(payload: object) -> None:
 def _check(value: object, spec: object, path: str) -> None:
     if spec is NUMBER:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        want = NUMBER
     elif spec is bool:
-        ok, want = isinstance(value, bool), "true or false"
+        ok = isinstance(value, bool)
     elif spec in (str, int):
         ok = isinstance(value, spec) and not isinstance(value, bool)
-        want = "a string" if spec is str else "an integer"
     elif isinstance(spec, list):
-        ok, want = isinstance(value, list) and len(value) > 0, "a non-empty list"
-        if ok:
-            for i, item in enumerate(value):
-                _check(item, spec[0], f"{path}[{i}]")
+        ok = isinstance(value, list) and len(value) > 0
     else:
-        ok, want = isinstance(value, dict), "an object"
-        if ok and "+" in spec:
-            ok, want = len(value) > 0, "a non-empty object"
-            for key, item in value.items():
-                _check(item, spec["+"], f"{path}.{key}")
-        elif ok:
-            for key, sub in spec.items():
-                if key not in value:
-                    raise ValueError(f"field {path}.{key} expected {_describe(sub)}, got nothing (missing)")
-                _check(value[key], sub, f"{path}.{key}")
+        ok = isinstance(value, dict) and ("+" not in spec or len(value) > 0)
     if not ok:
         shown = repr(value) if not isinstance(value, dict | list) or len(repr(value)) < 60 else type(value).__name__
-        raise ValueError(f"field {path} expected {want}, got {shown}")
+        raise ValueError(f"field {path} expected {_describe(spec)}, got {shown}")
+    if isinstance(spec, list):
+        for i, item in enumerate(value):
+            _check(item, spec[0], f"{path}[{i}]")
+    elif isinstance(spec, dict):
+        for key, sub in spec.items() if "+" not in spec else ((k, spec["+"]) for k in value):
+            if key not in value:
+                raise ValueError(f"field {path}.{key} expected {_describe(sub)}, got nothing (missing)")
+            _check(value[key], sub, f"{path}.{key}")
 
 
 def _describe(spec: object) -> str:
@@ -254,7 +248,9 @@ def _describe(spec: object) -> str:
         return NUMBER
     if spec in (str, int, bool):
         return {str: "a string", int: "an integer", bool: "true or false"}[spec]
-    return "a non-empty list" if isinstance(spec, list) else "an object"
+    if isinstance(spec, list):
+        return "a non-empty list"
+    return "a non-empty object" if "+" in spec else "an object"
 
 
 # ---------------------------------------------------------------- worker (fresh interpreter)

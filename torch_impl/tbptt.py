@@ -70,11 +70,10 @@ def unroll(model: Recurrent, x: torch.Tensor, h: torch.Tensor, k: int) -> list[t
 def unroll_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, k: int) -> list[torch.Tensor]:
     """As `unroll`, structured as a loop over windows of k steps, each starting from a detached carry.
 
-    Raises ValueError unless k divides T (mirrors the JAX scan over equal windows).
+    Raises ValueError unless k is an int in [1, T] dividing T (mirrors the JAX scan over equal windows).
     """
     t_steps = x.shape[0]
-    if t_steps % k:
-        raise ValueError(f"unroll_windows: k expected to divide T = {t_steps}, got k = {k}")
+    k = check_windows("unroll_windows", k, t_steps)
     ys = []
     for start in range(0, t_steps, k):
         h = h.detach()  # GRAD-FLOW: a new window starts from a constant carry
