@@ -719,7 +719,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     try:
         payload = run(args.scenarios, args.repeats, args.threads, args.quick, args.quiet)
     except ValueError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(str(exc).removeprefix("bench: ")) from None  # the CLI names the command already
     except RuntimeError as exc:
         kept = f"; {args.json} was left as it was" if args.json and Path(args.json).exists() else ""
         err.print(f"detach-parity bench: error: {exc}{kept}", markup=False, highlight=False)

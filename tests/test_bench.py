@@ -191,9 +191,9 @@ def test_sigterm_to_bench_also_ends_its_worker() -> None:
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["bench", "nope"], "bench: scenario expected one of ['basics', 'linear_regression'"),
+        (["bench", "nope"], "detach-parity bench: error: scenario expected one of ['basics', 'linear_regression'"),
         (["bench", "p01_std_convention"], "got ['p01_std_convention']"),
-        (["bench", "--threads", "999"], "bench: threads expected 1.."),
+        (["bench", "--threads", "999"], "detach-parity bench: error: threads expected 1.."),
         (["bench", "[/red]"], "got ['[/red]']"),  # printed as text, not read as markup
     ],
 )
