@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from shared.contracts import check_call, finish
-from shared.fixtures import Fixture
+from shared.core.contracts import check_call, finish
+from shared.core.fixtures import Fixture, require
 
-__all__ = ["scenario_run", "check_variant", "array", "numpy", "flat", "load_params", "params_of", "fill_zero_grads"]
+__all__ = ["scenario_run", "scenario_step", "array", "numpy", "flat", "load_params", "params_of", "grads_of"]
 
 
 def scenario_run(scenario: str) -> Callable:
@@ -37,15 +37,29 @@ def scenario_run(scenario: str) -> Callable:
     return wrap
 
 
-def check_variant(scenario: str, variant: str) -> str:
-    """Return `variant` if `scenario` registers it, else raise ValueError listing the valid names.
+def scenario_step(scenario: str) -> Callable:
+    """Decorate `make_step(fx, variant)`: check the arguments, then build the step.
 
-    Public helpers that branch on `variant` call this first, so a typo'd name fails
-    instead of falling into an else branch (run() checks it through scenario_run).
+    `make_step` sets a scenario up once (model from the fixture, optimizer, inputs) and
+    returns a zero-argument callable that performs exactly one step of what `run` trains or
+    differentiates and returns that step's loss, a 0-d float32 jax.Array, before the step's
+    update; every call takes one more step. The bench times it; tests/test_steps.py checks
+    it against the oracle's `step_loss`. JAX steps call the scenario's jitted functions (compiled on the first call) and
+    return after jax.block_until_ready on all they compute.
+    Raises ValueError unless fx is a float32 Fixture of `scenario` (float64 would need x64
+    for the step's whole lifetime) and `variant` is registered.
     """
-    from shared.registry import get  # late: the registry imports the scenario records
 
-    return get(scenario).check_variant(variant)
+    def wrap(make_step: Callable) -> Callable:
+        @functools.wraps(make_step)
+        def checked(fx: Fixture, variant: str) -> Callable[[], jax.Array]:
+            require(fx, scenario, "float32", f"{scenario}.make_step")
+            fx.spec.check_variant(variant)
+            return make_step(fx, variant)
+
+        return checked
+
+    return wrap
 
 
 def array(fx: Fixture, key: str) -> jax.Array:
@@ -103,13 +117,18 @@ def load_params(model: nnx.Module, params: Mapping[str, np.ndarray]) -> nnx.Modu
     return model
 
 
-def fill_zero_grads(grads: Mapping[str, np.ndarray], params: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Gradients for every parameter: those not differentiated (nnx.DiffState) become explicit zeros.
+def grads_of(grads: Mapping, params: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Gradients (the nnx.State or nested dict that nnx.grad / jax.grad return) flat and canonical.
 
-    The mirror of torch_impl._common.grads_or_zeros / _layout.canonical_grads (pitfall P11).
-    Raises ValueError if `grads` holds a key that is not a parameter.
+    With `params` (a flat dict, e.g. from params_of), every parameter gets an entry: one that
+    was not differentiated (nnx.DiffState) becomes explicit zeros, the mirror of
+    torch_impl._layout.grads_of, where a None .grad becomes zeros (pitfall P11).
+    Raises ValueError if `grads` holds a key that is not one of `params`.
     """
-    extra = sorted(set(grads) - set(params))
+    out = flat(grads)
+    if params is None:
+        return out
+    extra = sorted(set(out) - set(params))
     if extra:
-        raise ValueError(f"fill_zero_grads: gradients {extra} match no parameter; parameters {sorted(params)}")
-    return {k: np.asarray(grads[k]) if k in grads else np.zeros_like(v) for k, v in params.items()}
+        raise ValueError(f"grads_of: gradients {extra} match no parameter; parameters {sorted(params)}")
+    return {k: out[k] if k in out else np.zeros_like(v) for k, v in params.items()}

@@ -11,15 +11,17 @@ Reference: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learni
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, check_variant, flat, load_params, numpy, scenario_run
-from shared.losses import check_rank, check_same_shape
+from jax_impl._common import array, grads_of, load_params, numpy, scenario_run, scenario_step
+from shared.core.checks import check_rank, check_same_shape, check_variant
 
-__all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "run"]
+__all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
 
 
 class MLP(nnx.Module):
@@ -114,6 +116,20 @@ def _step(model, batch, vf_coef, ent_coef, variant):
     return loss, aux, grads, policy_grads
 
 
+@scenario_step("actor_critic")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """Acting, A2C losses, the policy loss's critic gradient, the total's gradient (no update); returns the total."""
+    model = build_model(fx)
+    batch = {k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}
+    vf_coef, ent_coef = array(fx, "vf_coef"), array(fx, "ent_coef")
+
+    def step() -> jax.Array:
+        # run's jitted _step: acting, the losses, the total's gradient and the policy loss's gradient
+        return jax.block_until_ready(_step(model, batch, vf_coef, ent_coef, variant))[0]
+
+    return step
+
+
 @scenario_run("actor_critic")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, policy_loss, value_loss, entropy []; advantages, selected_logp [B]; selected_actions [B] int64;
@@ -127,6 +143,6 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "value_loss": numpy(value_loss)}
     out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_logp=numpy(selected_logp))
     out["selected_actions"] = numpy(selected).astype(np.int64)
-    out.update({f"grads/{k}": g for k, g in flat(grads).items()})
-    out.update({f"policy_grads/{k}": g for k, g in flat(policy_grads).items() if k.startswith("critic/")})
+    out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
+    out.update({f"policy_grads/{k}": g for k, g in grads_of(policy_grads).items() if k.startswith("critic/")})
     return out

@@ -13,16 +13,17 @@ Reference: Vaswani et al. 2017, arXiv:1706.03762.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, check_variant, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "run"]
+__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "make_step", "run"]
 
 
 class Attention(nnx.Module):
@@ -79,6 +80,20 @@ def _grads(model, x, mask, target, variant):
     return nnx.value_and_grad(_loss, argnums=(0, 1), has_aux=True)(model, x, mask, target, variant)
 
 
+@scenario_step("attention_detach")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """Backward of the attention head's squared error into the kernels and x (no update); returns the loss."""
+    model = build_model(fx)
+    x, mask, target = array(fx, "x"), array(fx, "mask"), array(fx, "target")
+
+    def step() -> jax.Array:
+        (loss, _), grads = _grads(model, x, mask, target, variant)
+
+        return jax.block_until_ready((loss, grads))[0]
+
+    return step
+
+
 @scenario_run("attention_detach")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [], context [N, K], weights [N, N], grads/{q,k,v}/kernel [E, K], grads/x [N, E]."""
@@ -87,5 +102,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     (loss, (context, weights)), (g_model, g_x) = _grads(model, x, array(fx, "mask"), array(fx, "target"), variant)
 
     out = {"loss": numpy(loss), "context": numpy(context), "weights": numpy(weights), "grads/x": numpy(g_x)}
-    out.update({f"grads/{k}": g for k, g in fill_zero_grads(flat(g_model), params_of(model)).items()})
+    out.update({f"grads/{k}": g for k, g in grads_of(g_model, params_of(model)).items()})
     return out

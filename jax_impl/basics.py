@@ -10,14 +10,16 @@ Reference: JAX docs, jax.lax.stop_gradient.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, check_variant, numpy, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, numpy, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["forward", "loss_via_z", "loss_total", "run"]
+__all__ = ["forward", "loss_via_z", "loss_total", "make_step", "run"]
 
 
 def forward(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
@@ -52,6 +54,31 @@ def loss_total(x: jax.Array, c: jax.Array, d: jax.Array, variant: str) -> jax.Ar
 
 _grad_via_z = jax.jit(jax.grad(loss_via_z), static_argnames="variant")
 _grad_total = jax.jit(jax.grad(loss_total), static_argnames="variant")
+
+
+# basics jits jax.grad of each loss, which drops the value; the step also returns loss_total,
+# so it takes value_and_grad of the scenario's own loss_total (one compile per variant, module-wide)
+_basics_value_and_grad_total = jax.jit(jax.value_and_grad(loss_total), static_argnames="variant")
+
+
+# the step also returns loss_total, which jax.grad drops: value_and_grad of the scenario's own
+# loss_total (one compile per variant, module-wide)
+_value_and_grad_total = jax.jit(jax.value_and_grad(loss_total), static_argnames="variant")
+
+
+@scenario_step("basics")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """d/dx of loss_via_z and of loss_total (both gradients of run); returns loss_total."""
+    x = array(fx, "x")
+    c, d = array(fx, "c"), array(fx, "d")
+
+    def step() -> jax.Array:
+        g_via_z = _grad_via_z(x, c, variant)
+        loss, g_total = _value_and_grad_total(x, c, d, variant)
+
+        return jax.block_until_ready((loss, g_via_z, g_total))[0]
+
+    return step
 
 
 @scenario_run("basics")

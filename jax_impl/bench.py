@@ -26,19 +26,33 @@ from flax import nnx
 
 from jax_impl import frozen_backbone, tbptt
 from jax_impl._common import array
-from shared.fixtures import require
-from shared.scenarios.tbptt import check_windows
+from shared.core.checks import check_truncation
+from shared.core.fixtures import require
 
-__all__ = ["device", "dispatch_steps", "freezing_steps", "tbptt_step"]
+__all__ = ["configure", "device", "dispatch_steps", "freezing_steps", "tbptt_step"]
 
 FORMS = ("windows", "one_backward")
+
+
+def configure(threads: int) -> dict[str, object]:
+    """Set this process up for measuring (the bench's fresh worker only) and say where JAX runs.
+
+    XLA sizes its CPU thread pool from the CPUs this process may use (the worker pins them
+    before JAX starts), so `threads` changes nothing here. Returns device().
+    """
+    return device()
 
 
 def device() -> dict[str, object]:
     """Where JAX runs: {"device": "<platform>:0 (<kind>)", "threads": CPUs XLA may use, "cuda": bool}."""
     d = jax.devices()[0]
     threads = len(os.sched_getaffinity(0))  # XLA's CPU thread pool is sized from the CPUs it may run on
-    return {"device": f"{d.platform}:{d.id} ({d.device_kind})", "threads": threads, "cuda": d.platform == "gpu"}
+    return {
+        "device": f"{d.platform}:{d.id} ({d.device_kind})",
+        "threads": threads,
+        "cuda": d.platform == "gpu",
+        "backend": jax.default_backend(),
+    }
 
 
 def dispatch_steps(fx) -> dict[str, Callable[[], jax.Array]]:
@@ -146,7 +160,7 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], jax.Array], Callable
     if form not in FORMS:
         raise ValueError(f"tbptt_step: form expected one of {FORMS}, got {form!r}")
     t_steps = require(fx, "tbptt", "float32", "tbptt_step").dims["T"]
-    k = check_windows("tbptt_step", k, t_steps, divides=form == "windows")
+    k = check_truncation("tbptt_step", k, t_steps, divides=form == "windows")
     model, params = tbptt.build_model(fx, "gru")
     args = (params, array(fx, "x"), array(fx, "h0"), array(fx, "targets"))
     if form == "windows":

@@ -28,7 +28,7 @@ import optax
 from flax import nnx
 from jax.ad_checkpoint import print_saved_residuals
 
-from shared.claims_data import toy
+from shared.core.toys import toy
 
 __all__ = [
     "check_c01",

@@ -13,14 +13,16 @@ Reference: JAX docs, "JAX - The Sharp Bits: in-place updates" (jax.numpy.ndarray
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, numpy, scenario_run, scenario_step
+from shared.core.checks import check_same_shape
 
-__all__ = ["write_zeros", "step", "run"]
+__all__ = ["write_zeros", "step", "make_step", "run"]
 
 HOW = ("detach_clone", "data_inplace", "detach_inplace")
 
@@ -65,6 +67,18 @@ def step(x: jax.Array, c: jax.Array, how: str) -> tuple[jax.Array, ...]:
     check_same_shape("step", x=x.shape, c=c.shape)
     (loss, (before, written, after)), grad = _step(x, c, how)
     return loss, grad, before, written, after
+
+
+@scenario_step("data_vs_detach")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One step (σ forward, the zero write spelled `variant`, d loss / dx); returns the loss."""
+    x = array(fx, "x")
+    c = array(fx, "c")
+
+    def one_step() -> jax.Array:
+        return jax.block_until_ready(step(x, c, variant))[0]
+
+    return one_step
 
 
 @scenario_run("data_vs_detach")

@@ -15,16 +15,28 @@ arXiv:1509.06461 (double DQN); Baird 1995 (residual gradient).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, check_variant, flat, load_params, numpy, params_of, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["QNetwork", "build_networks", "greedy", "td_targets", "td_loss", "train_step", "soft_update", "run"]
+__all__ = [
+    "QNetwork",
+    "build_networks",
+    "greedy",
+    "td_targets",
+    "td_loss",
+    "train_step",
+    "soft_update",
+    "make_step",
+    "run",
+]
 
 
 class QNetwork(nnx.Module):
@@ -109,6 +121,20 @@ def soft_update(online: nnx.Module, target: nnx.Module, tau: float) -> nnx.Modul
     return target
 
 
+@scenario_step("dqn_target")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One SGD train_step of the online net (run's target updates are one-off, not per step); returns the TD loss."""
+    online, target = build_networks(fx)
+    optimizer = nnx.Optimizer(online, optax.sgd(fx.scalar("lr")), wrt=nnx.Param)
+    batch = {k: array(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    gamma = array(fx, "gamma")
+
+    def step() -> jax.Array:
+        return jax.block_until_ready(train_step(online, target, optimizer, batch, gamma, variant))[0]
+
+    return step
+
+
 @scenario_run("dqn_target")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; td_errors, td_targets [B]; grads/{online,target}/<param>; params/{online,target_soft,target_hard}/<param>."""
@@ -118,7 +144,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     loss, td, y, g_online, g_target = train_step(online, target, optimizer, batch, array(fx, "gamma"), variant)
     out = {"loss": numpy(loss), "td_errors": numpy(td), "td_targets": numpy(y)}
     for net, grads in (("online", g_online), ("target", g_target)):
-        out.update({f"grads/{net}/{k}": g for k, g in flat(grads).items()})  # stopped: zeros, not missing (P11)
+        out.update({f"grads/{net}/{k}": g for k, g in grads_of(grads).items()})  # stopped: zeros, not missing (P11)
     hard = nnx.clone(target)
     nnx.update(hard, nnx.state(online, nnx.Param))  # hard copy
     soft = soft_update(online, nnx.clone(target), fx.scalar("tau"))

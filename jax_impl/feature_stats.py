@@ -13,15 +13,17 @@ Reference: JAX docs, jax.numpy.std (ddof argument, default 0).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, check_variant, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "run"]
+__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "make_step", "run"]
 
 DDOF = {"ported": 1, "population": 0, "detach_features": 1}
 
@@ -85,6 +87,18 @@ def train_step(model: Regressor, x: jax.Array, y: jax.Array, variant: str, monit
     return loss, grads, stats
 
 
+@scenario_step("feature_stats")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One monitored train_step: gradients and the stopped feature statistics (no update); returns the loss."""
+    model = build_model(fx)
+    x, y = array(fx, "x"), array(fx, "y")
+
+    def step() -> jax.Array:
+        return jax.block_until_ready(train_step(model, x, y, variant))[0]
+
+    return step
+
+
 @scenario_run("feature_stats")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/<param> (canonical); stats/mean, stats/std [H] of the stopped features."""
@@ -92,5 +106,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     x, y = array(fx, "x"), array(fx, "y")
     loss, grads, (mean, std) = train_step(model, x, y, variant)
     out = {"loss": numpy(loss), "stats/mean": numpy(mean), "stats/std": numpy(std)}
-    out.update({f"grads/{k}": g for k, g in fill_zero_grads(flat(grads), params_of(model)).items()})
+    out.update({f"grads/{k}": g for k, g in grads_of(grads, params_of(model)).items()})
     return out

@@ -14,6 +14,7 @@ Reference: Yosinski et al. 2014, arXiv:1411.1792; Loshchilov & Hutter 2019, arXi
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,10 +22,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, check_variant, fill_zero_grads, flat, load_params, numpy, params_of, scenario_run
-from shared.losses import check_rank, check_same_shape
+from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from shared.core.checks import check_rank, check_same_shape, check_variant
 
-__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "run"]
+__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "make_step", "run"]
 
 STOPPED = ("detach_features", "naive_stop_gradient")
 HEAD = nnx.All(nnx.Param, nnx.PathContains("head"))
@@ -103,6 +104,19 @@ def train_step(model: Classifier, optimizer: nnx.Optimizer, x: jax.Array, labels
     return loss, grads
 
 
+@scenario_step("frozen_backbone")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One AdamW train_step of the classifier; returns the cross-entropy before the update."""
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+    x, labels = array(fx, "x"), array(fx, "labels")
+
+    def step() -> jax.Array:
+        return jax.block_until_ready(train_step(model, optimizer, x, labels, variant))[0]
+
+    return step
+
+
 @scenario_run("frozen_backbone")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/<param> of step 1; params/<param> after `steps`; moved/<param> = after - before."""
@@ -114,7 +128,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     for step in range(int(fx["steps"])):
         loss, grads = train_step(model, optimizer, x, labels, variant)
         if step == 0:
-            loss0, grads0 = numpy(loss), fill_zero_grads(flat(grads), before)
+            loss0, grads0 = numpy(loss), grads_of(grads, before)
     after = params_of(model)
     out = {"loss": loss0}
     out.update({f"grads/{k}": g for k, g in grads0.items()})

@@ -14,6 +14,7 @@ Reference: Goodfellow et al. 2014, arXiv:1406.2661.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -21,8 +22,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, check_variant, flat, load_params, numpy, params_of, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
 __all__ = [
     "MLP",
@@ -117,6 +118,21 @@ def generator_step(model: GAN, g_opt: nnx.Optimizer, z: jax.Array):
     return loss, grads
 
 
+@scenario_step("gan")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One discriminator_step then one generator_step (Adam each); returns L_D + L_G, each before its update."""
+    model = build_model(fx)
+    d_opt, g_opt = make_optimizers(model, fx)
+    real, z = array(fx, "real"), array(fx, "z")
+
+    def step() -> jax.Array:
+        d_loss, d_grads = discriminator_step(model, d_opt, real, z, variant)
+        g_loss, g_grads = generator_step(model, g_opt, z)
+        return jax.block_until_ready((d_loss + g_loss, d_grads, g_grads))[0]
+
+    return step
+
+
 @scenario_run("gan")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs per step s in {d_step, g_step}: s/loss [], s/grads/<param>, s/params/<param> after the step,
@@ -130,8 +146,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     g_loss, g_grads = generator_step(model, g_opt, z)
     end = params_of(model)
     return {
-        **_outputs("d_step", d_loss, flat(d_grads), start, mid),
-        **_outputs("g_step", g_loss, flat(g_grads), mid, end),
+        **_outputs("d_step", d_loss, grads_of(d_grads), start, mid),
+        **_outputs("g_step", g_loss, grads_of(g_grads), mid, end),
     }
 
 

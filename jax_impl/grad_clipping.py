@@ -16,17 +16,19 @@ Reference: Pascanu et al. 2013, arXiv:1211.5063.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, check_variant, flat, numpy, scenario_run
-from shared.losses import check_same_shape
-from shared.scenarios.grad_clipping import LEAVES, REGIMES, TORCH_EPS, applied_coefs
+from jax_impl._common import array, flat, numpy, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "run"]
+__all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "make_step", "run"]
+
+TORCH_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6)
 
 
 class Recurrent:
@@ -50,12 +52,14 @@ class Recurrent:
 def build_model(fx) -> tuple[Recurrent, dict]:
     """(Recurrent, canonical parameter pytree) from the fixture."""
     params: dict = {}
-    for leaf in LEAVES:
-        *path, name = leaf.split("/")
+    for key in fx:
+        if not key.startswith("params/"):
+            continue
+        *path, name = key.removeprefix("params/").split("/")
         node = params
         for part in path:
             node = node.setdefault(part, {})
-        node[name] = array(fx, f"params/{leaf}")
+        node[name] = array(fx, key)
     return Recurrent(), params
 
 
@@ -105,13 +109,39 @@ def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str)
     return optax.apply_updates(params, updates), stats, h
 
 
+@scenario_step("grad_clipping")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One window's train_step (clip, SGD) in regime "above"; calls walk the windows, carrying h; returns its loss."""
+    _, params = build_model(fx)
+    lr = array(fx, "lr")
+    r, k = (
+        fx.spec.constants["regimes"].index("above"),
+        int(fx["window"]),
+    )  # "above": the gradient norm exceeds max_norm, clipping acts
+    max_norm, weight = jnp.asarray(fx["max_norm"][r]), array(fx, "loss_weight")
+    x, targets, masks = array(fx, "x"), array(fx, "targets"), array(fx, "mask")
+    windows = [(x[s : s + k], targets[s : s + k], masks[r, s : s + k]) for s in range(0, x.shape[0], k)]
+    h0 = array(fx, "h0")
+    h, i = h0, 0
+
+    def step() -> jax.Array:
+        nonlocal params, h, i
+        params, stats, h = train_step(params, h, *windows[i], max_norm, weight, lr, variant)
+        i = (i + 1) % len(windows)
+        if i == 0:
+            h = h0  # the next pass over the sequence starts again from h0, as run's loop does
+        return jax.block_until_ready((stats[0], params, h))[0]
+
+    return step
+
+
 @scenario_run("grad_clipping")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs per regime: loss, norms, coefs, clipped_norms [S]; moved/<param> after S steps."""
     out = {}
     k = int(fx["window"])
     x, targets, masks = fx["x"], fx["targets"], fx["mask"]  # numpy: slicing compiles nothing
-    for r, regime in enumerate(REGIMES):
+    for r, regime in enumerate(fx.spec.constants["regimes"]):
         _, params = build_model(fx)
         max_norm, weight, lr = fx["max_norm"][r], fx["loss_weight"], fx["lr"]
         before, h, rows = flat(params), array(fx, "h0"), []
@@ -121,7 +151,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
             rows.append(numpy(stats))
         loss, norms, clipped = np.stack(rows).T
         out.update({f"{regime}/loss": loss, f"{regime}/norms": norms, f"{regime}/clipped_norms": clipped})
-        out[f"{regime}/coefs"] = applied_coefs(norms, clipped)
+        out[f"{regime}/coefs"] = np.divide(clipped, norms, out=np.ones_like(norms), where=norms > 0)  # 1 where g = 0
         after = flat(params)
-        out.update({f"{regime}/moved/{leaf}": after[leaf] - before[leaf] for leaf in LEAVES})
+        out.update({f"{regime}/moved/{leaf}": after[leaf] - before[leaf] for leaf in before})
     return out

@@ -9,14 +9,16 @@ Reference: A3 §1.2 (C03); JAX docs, jax.grad.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, check_variant, numpy, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, numpy, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["predict", "mse_loss", "run"]
+__all__ = ["predict", "mse_loss", "make_step", "run"]
 
 
 def predict(w: jax.Array, b: jax.Array, x: jax.Array, variant: str) -> jax.Array:
@@ -38,6 +40,20 @@ def _loss(w, b, x, y, variant):
 
 
 _value_and_grads = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1, 2)), static_argnames="variant")
+
+
+@scenario_step("linear_regression")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """Gradients of the squared error for w, b and x (no update: run takes none); returns the loss."""
+    w, b, x = (array(fx, k) for k in ("w", "b", "x"))
+    y = array(fx, "y")
+
+    def step() -> jax.Array:
+        loss, grads = _value_and_grads(w, b, x, y, variant)
+
+        return jax.block_until_ready((loss, grads))[0]
+
+    return step
 
 
 @scenario_run("linear_regression")

@@ -14,16 +14,17 @@ Reference: Finn et al. 2017, arXiv:1703.03400; Nichol et al. 2018, arXiv:1803.02
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, check_variant, flat, load_params, numpy, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "run"]
+__all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
 
 
 class MLP(nnx.Module):
@@ -99,6 +100,22 @@ def _meta_step(graphdef, params, tasks, alpha, steps, variant):
     return losses, adapted, query_grads, meta, g_support_y
 
 
+@scenario_step("maml")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One meta-gradient: d/dθ, d/d support_y, per-task query gradients (no outer update); returns the meta-loss."""
+    graphdef, params = nnx.split(build_model(fx))
+
+    tasks = tuple(array(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
+    alpha, steps = array(fx, "alpha"), int(fx["inner_steps"])
+
+    def step() -> jax.Array:
+        # run's jitted _meta_step returns the per-task losses [T]; the meta-loss is their sum, as meta_loss's
+        out = _meta_step(graphdef, params, tasks, alpha, steps, variant)
+        return jax.block_until_ready((jnp.sum(out[0]), out))[0]
+
+    return step
+
+
 @scenario_run("maml")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: adapted/<param> [T, ...], query_loss [T], query_grads/<param> [T, ...] (∇L_q at θ'_t),
@@ -111,7 +128,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
 
     out = {f"adapted/{k}": v for k, v in flat(adapted).items()}
     out["query_loss"] = numpy(losses)
-    out.update({f"query_grads/{k}": v for k, v in flat(query_grads).items()})
+    out.update({f"query_grads/{k}": v for k, v in grads_of(query_grads).items()})
     out.update({f"meta_grads/{k}": v for k, v in flat(meta).items()})
     out["data_grads/support_y"] = numpy(g_support_y)
     return out

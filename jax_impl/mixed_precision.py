@@ -16,6 +16,7 @@ Reference: optax docs, optax.apply_if_finite; Micikevicius et al. 2018, arXiv:17
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -24,8 +25,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, check_variant, flat, load_params, numpy, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
 
 __all__ = [
     "Regressor",
@@ -163,6 +164,24 @@ def _adam_count(opt_state) -> jax.Array:
     return optax.tree_utils.tree_get(opt_state, "count")
 
 
+@scenario_step("mixed_precision")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One loss-scaled bf16 train_step (Adam, scale update), no injected overflow; returns the unscaled loss."""
+    x, y = array(fx, "x"), array(fx, "y")
+    hp = {k: array(fx, k) for k in ("lr", "b1", "b2", "eps")}
+    graphdef, params = nnx.split(build_model(fx), nnx.Param)
+    skip, one = variant != "naive_no_skip", jnp.asarray(1.0, x.dtype)
+    opt_state, scaler = make_optimizer(hp, skip).init(params), make_scaler(fx, variant)
+
+    def step() -> jax.Array:
+        nonlocal params, opt_state, scaler
+        out = train_step(graphdef, params, opt_state, scaler, hp, x, y, one, skip)
+        params, opt_state, scaler, loss, _, _ = jax.block_until_ready(out)
+        return loss
+
+    return step
+
+
 @scenario_run("mixed_precision")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/, grads_full/<param> of step 1 (autocast on / off); params/<param> after
@@ -182,12 +201,12 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
             graphdef, params, opt_state, scaler, hp, x, y, poison, skip
         )
         if step == 1:
-            loss0, grads0 = numpy(loss), flat(grads)
+            loss0, grads0 = numpy(loss), grads_of(grads)
         scales.append(float(scaler.scale))
         skipped.append(bool(skipped_now))
     out = {"loss": loss0}
     out.update({f"grads/{k}": g for k, g in grads0.items()})
-    out.update({f"grads_full/{k}": g for k, g in flat(grads_full).items()})
+    out.update({f"grads_full/{k}": g for k, g in grads_of(grads_full).items()})
     out.update({f"params/{k}": v for k, v in flat(params).items()})
     out.update(scale=np.array(scales, dtype=np.int64), skipped=np.array(skipped))
     out["optimizer_steps"] = np.array(int(_adam_count(opt_state)), dtype=np.int64)

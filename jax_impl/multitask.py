@@ -12,16 +12,18 @@ Reference: Caruana 1997, "Multitask Learning", doi:10.1023/A:1007379606734.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, check_variant, flat, load_params, numpy, scenario_run
-from shared.losses import check_rank, check_same_shape
+from jax_impl._common import array, grads_of, load_params, numpy, scenario_run, scenario_step
+from shared.core.checks import check_rank, check_same_shape, check_variant
 
-__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "run"]
+__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "make_step", "run"]
 
 
 class MultiTaskNet(nnx.Module):
@@ -79,6 +81,18 @@ def loss_and_grads(
     return total, (loss1, loss2), grads
 
 
+@scenario_step("multitask")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One backward of loss1 + loss2 (loss_and_grads, no update: run takes none); returns the total."""
+    model = build_model(fx)
+    x, y1, labels = array(fx, "x"), array(fx, "y1"), array(fx, "labels")
+
+    def step() -> jax.Array:
+        return jax.block_until_ready(loss_and_grads(model, x, y1, labels, variant))[0]
+
+    return step
+
+
 @scenario_run("multitask")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, loss_task1, loss_task2 []; grads/<param> of the total loss (trunk, head1, head2)."""
@@ -86,5 +100,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     x, y1, labels = array(fx, "x"), array(fx, "y1"), array(fx, "labels")
     total, (loss1, loss2), grads = loss_and_grads(model, x, y1, labels, variant)
     out = {"loss": numpy(total), "loss_task1": numpy(loss1), "loss_task2": numpy(loss2)}
-    out.update({f"grads/{k}": g for k, g in flat(grads).items()})
+    out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
     return out

@@ -12,16 +12,18 @@ Reference: JAX docs, "Automatic differentiation" (jax.grad, jax.lax.stop_gradien
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, check_variant, load_params, numpy, scenario_run
-from shared.losses import check_rank, check_same_shape
+from jax_impl._common import array, load_params, numpy, scenario_run, scenario_step
+from shared.core.checks import check_rank, check_same_shape, check_variant
 
-__all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "run"]
+__all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "make_step", "run"]
 
 
 class Classifier(nnx.Module):
@@ -72,6 +74,18 @@ def validate(model: Classifier, x: jax.Array, labels: jax.Array, variant: str):
 def grad_recorded(t: jax.Array) -> int:
     """1 if `t` is a tracer (it is being differentiated or transformed), else 0 (a concrete array)."""
     return int(isinstance(t, jax.core.Tracer))
+
+
+@scenario_step("no_grad_inference")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """The validation pass (validate: forward and loss, no gradient); returns the validation loss."""
+    model = build_model(fx)
+    x, labels = array(fx, "x"), array(fx, "labels")
+
+    def step() -> jax.Array:
+        return jax.block_until_ready(validate(model, x, labels, variant))[1]
+
+    return step
 
 
 @scenario_run("no_grad_inference")

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, check_variant, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, scenario_run
+from shared.core.checks import check_same_shape, check_variant
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
 

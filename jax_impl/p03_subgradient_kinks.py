@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, check_variant, scenario_run
+from jax_impl._common import array, scenario_run
+from shared.core.checks import check_variant
 
 __all__ = ["l1", "clamp", "run"]
 

@@ -15,7 +15,8 @@ import functools
 import jax
 import numpy as np
 
-from jax_impl._common import array, check_variant, scenario_run
+from jax_impl._common import array, scenario_run
+from shared.core.checks import check_variant
 
 __all__ = ["gelu", "run"]
 

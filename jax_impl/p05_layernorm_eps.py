@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, check_variant, flat, load_params, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, flat, load_params, scenario_run
+from shared.core.checks import check_same_shape, check_variant
 
 __all__ = ["make_layer_norm", "run"]
 

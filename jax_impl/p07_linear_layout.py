@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, check_variant, flat, load_params, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, grads_of, load_params, scenario_run
+from shared.core.checks import check_same_shape, check_variant
 
 __all__ = ["load_linear", "mse", "run"]
 
@@ -53,5 +53,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; pred [B, O]; grads/kernel [I, O]; grads/bias [O]."""
     (loss, pred), grads = _loss_and_grads(load_linear(fx, variant), array(fx, "x"), array(fx, "y"))
     out = {"loss": loss, "pred": pred}
-    out.update({f"grads/{k}": g for k, g in flat(grads).items()})
+    out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
     return out

@@ -4,7 +4,7 @@ Gradient flow: loss = 0.5 * sum(x**2) -> x; jax.grad gives y an exact zero
 gradient (never None, never an error), and optax's weight decay would still
 move y. The port differentiates and updates only the leaves the loss uses.
 Port note: JAX `jax.grad` gives zeros where torch `torch.autograd.grad(...,
-allow_unused=True)` gives None and SGD skips the parameter; fill_zero_grads
+allow_unused=True)` gives None and SGD skips the parameter; grads_of
 reports the undifferentiated leaves as explicit zeros. The trap: "naive" hands
 all zeros to optax.chain(add_decayed_weights, sgd), and y shrinks by lr * wd * y.
 Shapes: N elements per parameter.
@@ -17,7 +17,8 @@ import jax
 import numpy as np
 import optax
 
-from jax_impl._common import array, check_variant, fill_zero_grads, numpy, scenario_run
+from jax_impl._common import array, grads_of, numpy, scenario_run
+from shared.core.checks import check_variant
 
 __all__ = ["loss_fn", "gradients", "sgd_step", "run"]
 
@@ -53,7 +54,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     grads = gradients(params, variant)
     new = sgd_step(params, grads, fx.scalar("lr"), fx.scalar("weight_decay"))
     out = {}
-    reported = fill_zero_grads({k: numpy(g) for k, g in grads.items()}, {k: numpy(p) for k, p in params.items()})
+    reported = grads_of(grads, {k: numpy(p) for k, p in params.items()})
     for k in params:
         out.update({f"grads/{k}": reported[k], f"params/{k}": numpy(new[k]), f"moved/{k}": numpy(new[k]) - fx[k]})
     return out

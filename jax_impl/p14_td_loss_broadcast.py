@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl._common import array, numpy, scenario_run
-from shared.losses import check_same_shape
+from shared.core.checks import check_same_shape
 
 __all__ = ["td_loss", "naive_td_loss", "run"]
 

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, check_variant, numpy, scenario_run
-from shared.losses import check_same_shape
+from jax_impl._common import array, numpy, scenario_run
+from shared.core.checks import check_same_shape, check_variant
 
 __all__ = ["fp16_loss", "make_scaler", "train_step", "run"]
 

@@ -17,7 +17,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import check_variant, load_params, params_of, scenario_run
+from jax_impl._common import load_params, params_of, scenario_run
+from shared.core.checks import check_variant
 
 __all__ = ["build_layer", "soft_update", "run"]
 

@@ -17,16 +17,18 @@ Reference: Williams & Peng 1990, doi:10.1162/neco.1990.2.4.490; Cho et al. 2014,
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, flat, numpy, scenario_run
-from shared.losses import check_same_shape
-from shared.scenarios.tbptt import CELLS, check_windows, window
+from jax_impl._common import array, flat, numpy, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_truncation, truncation_length
 
-__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "run"]
+__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
+
+CELLS = ("elman", "gru")  # the cells this module implements (the record lists the same)
 
 
 class Recurrent:
@@ -99,7 +101,7 @@ def unroll_windows(model: Recurrent, params: dict, x: jax.Array, h: jax.Array, k
     Compiles once per k.
     """
     t_steps = x.shape[0]
-    k = check_windows("unroll_windows", k, t_steps)
+    k = check_truncation("unroll_windows", k, t_steps)
 
     def run_window(h, xs):  # xs [k, B, I]
         h = jax.lax.stop_gradient(h)  # GRAD-FLOW: a new window starts from a constant carry
@@ -122,7 +124,7 @@ def train_windows(
     targets have T steps, or on a targets shape mismatch (step_loss).
     """
     t_steps = x.shape[0]
-    k = check_windows("train_windows", k, t_steps, targets.shape[0])
+    k = check_truncation("train_windows", k, t_steps, targets.shape[0])
 
     def window_loss(params, h, xs, ts):  # xs [k, B, I], ts [k, B, O]
         def step(h, inputs):
@@ -159,12 +161,31 @@ def _grads(params, x, h0, targets, cell, k):
     return losses.sum(), jax.tree.map(lambda g: g[0], g_params), g_x[0], g_x[1]
 
 
+@scenario_step("tbptt")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """Both cells, as run: per-window backward and d(last loss)/dx; returns the loss summed over steps and cells."""
+    t_steps = fx.dims["T"]
+    k = truncation_length(variant, t_steps)
+    cells = [(cell, build_model(fx, cell)[1]) for cell in CELLS]
+    x, targets, h0 = array(fx, "x"), array(fx, "targets"), array(fx, "h0")
+
+    def step() -> jax.Array:
+        # run's jitted _grads per cell: one forward, both backward passes, the loss summed over steps
+        outs = [_grads(params, x, h0, targets, cell, k) for cell, params in cells]
+        total = jnp.zeros((), dtype=targets.dtype)
+        for out in outs:
+            total = total + out[0]
+        return jax.block_until_ready((total, outs))[0]
+
+    return step
+
+
 @scenario_run("tbptt")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs per cell: loss [], grads/<param>, grads/x [T, B, I], grads_last/x/tNN [B, I] (last step's loss)."""
     out = {}
     t_steps = fx.dims["T"]
-    k = window(variant, t_steps)
+    k = truncation_length(variant, t_steps)
     for cell in CELLS:
         _, params = build_model(fx, cell)
         x, targets = array(fx, "x"), array(fx, "targets")

@@ -1,7 +1,12 @@
-"""Framework-neutral half of detach-parity: fixtures, registry, parity, oracle, CLI.
+"""Framework-neutral half of detach-parity.
 
-Nothing in this package imports torch or JAX at module level; the runner imports
-`torch_impl.<scenario>` and `jax_impl.<scenario>` on demand.
+    shared.core       fixtures, records, registry, parity, oracle, checks, runner
+    shared.scenarios  one record per scenario (schema, builder, oracle, pattern, notes)
+    shared.apps       the command line and its commands (run, show, site, docs, bench,
+                      claims, selfcheck)
+
+Nothing here imports torch or JAX by name: the runner loads `torch_impl.<module>` and
+`jax_impl.<module>` on demand.
 """
 
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ import pytest
 # by rounding only, and every tolerance stays as it is. An explicit XLA_FLAGS wins.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 
-from shared.runner import CaseResult, iter_cases, run_case
+from shared.core.runner import CaseResult, iter_cases, run_case
 
 
 @functools.cache
@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     A test belongs to scenario X when it lives in tests/test_X.py or its id names X
     (longest registered name wins, so `p01_std_convention` beats `basics`).
     """
-    from shared.registry import names
+    from shared.core.registry import names
 
     known = sorted(names(), key=len, reverse=True)
     for item in items:

@@ -12,12 +12,12 @@ from flax import nnx
 
 from jax_impl import actor_critic as ja
 from jax_impl._common import flat
-from shared import fixtures
-from shared.oracle import fd_grad
+from shared.core import fixtures
+from shared.core.oracle import fd_grad
 from shared.scenarios.actor_critic import PARAMS, gumbel_scores, losses, mlp
 from torch_impl import actor_critic as ta
 from torch_impl._common import tensor
-from torch_impl._layout import canonical_grads
+from torch_impl._layout import grads_of
 
 CRITIC = [k for k in PARAMS if k.startswith("critic/")]
 ACTOR = [k for k in PARAMS if k.startswith("actor/")]
@@ -31,7 +31,7 @@ def _value_loss_grads(fx) -> dict[str, dict[str, np.ndarray]]:
     (
         vf * ta.a2c_losses(logits, values, tensor(fx, "actions"), tensor(fx, "returns"), "advantage_stopped")[1]
     ).backward()
-    out = {"torch": {k: v for k, v in canonical_grads(model).items() if k.startswith("critic/")}}
+    out = {"torch": {k: v for k, v in grads_of(model).items() if k.startswith("critic/")}}
     with jax.enable_x64(True):
         jmodel = ja.build_model(fx)
         obs, actions, returns = (jnp.asarray(fx[k]) for k in ("obs", "actions", "returns"))

@@ -10,7 +10,7 @@ import torch
 from conftest import case_result
 
 from jax_impl import attention_detach as jattn
-from shared import fixtures
+from shared.core import fixtures
 from shared.scenarios.attention_detach import CASES, EMPTY_ROW
 from torch_impl import attention_detach as tattn
 

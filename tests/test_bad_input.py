@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from shared import fixtures
-from shared.runner import impl
-from shared.scenarios.tbptt import window
+from shared.core import fixtures
+from shared.core.checks import truncation_length
+from shared.core.runner import impl
 
 FRAMEWORKS = ("torch", "jax")
 
@@ -137,9 +137,13 @@ def test_grad_clipping_regime_count_is_fixed() -> None:
 
 
 def test_tbptt_window_longer_than_the_sequence_is_refused() -> None:
-    assert window("k=10", 24) == 10 and window("k=T", 5) == 5 and window("k=1", 5) == 1
-    with pytest.raises(ValueError, match=r"tbptt: variant 'k=10' expected T >= 10 steps \(field 'x'\), got T=5"):
-        window("k=10", 5)
+    assert truncation_length("k=10", 24) == 10 and truncation_length("k=T", 5) == 5
+    assert truncation_length("k=1", 5) == 1
+    with pytest.raises(ValueError, match=r"variant 'k=10' expected 1 <= k <= T = 5 \(field 'x'\), got k=10"):
+        truncation_length("k=10", 5)
+    for bad in ("k=0", "k=-1", "k=2.5", "10", None):
+        with pytest.raises(ValueError, match="truncation: variant"):
+            truncation_length(bad, 24)
 
 
 def _tensors(framework: str, *shapes, dtype: str = "float"):

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from shared import fixtures, registry
-from shared.runner import impl
+from shared.core import fixtures, registry
+from shared.core.runner import impl
 
 PITFALLS = [name for name in registry.names() if name[0] == "p" and name[1:3].isdigit()]
 FRAMEWORKS = ("torch", "jax")

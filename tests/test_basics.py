@@ -54,7 +54,7 @@ def test_jax_same_program_is_silently_zero() -> None:
 
 
 def test_run_rejects_bad_variant_and_foreign_fixture() -> None:
-    from shared import fixtures
+    from shared.core import fixtures
 
     fx = fixtures.make("basics", "float64")
     for run in (tb.run, jb.run):

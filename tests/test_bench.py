@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import bench, cli, fixtures, site
+from shared.apps import bench, cli, site
+from shared.core import fixtures
 from shared.scenarios.frozen_backbone import PARAMS as FB_PARAMS
 from shared.scenarios.frozen_backbone import cross_entropy, forward
 from shared.scenarios.tbptt import oracle as tbptt_oracle
@@ -154,7 +155,7 @@ def test_sigterm_to_bench_also_ends_its_worker() -> None:
     import time
 
     root = Path(__file__).resolve().parent.parent
-    argv = [sys.executable, "-m", "shared.cli", "bench", "basics", "--quick", "--repeats", "100000000", "--quiet"]
+    argv = [sys.executable, "-m", "shared.apps.cli", "bench", "basics", "--quick", "--repeats", "100000000", "--quiet"]
     parent = subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def children() -> list[int]:
@@ -423,6 +424,6 @@ def test_a_worker_whose_parent_is_already_gone_exits_at_once() -> None:
     import subprocess
     import sys
 
-    code = "import time, shared.bench as b; b._exit_with_parent(-1); time.sleep(30)"  # -1: never our parent
+    code = "import time, shared.apps.bench as b; b._exit_with_parent(-1); time.sleep(30)"  # -1: never our parent
     root = Path(__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root, timeout=20, check=False).returncode == 1

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from shared import claims, cli
-from shared.claims import CLAIMS, INPLACE, NO_GRAD_FN
-from shared.registry import SCENARIOS
+from shared.apps import claims, cli
+from shared.apps.claims import CLAIMS, INPLACE, NO_GRAD_FN
+from shared.core.registry import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[1]
 IDS = [f"C{i:02d}" for i in range(1, 23)]
@@ -304,9 +304,7 @@ def test_markdown_table() -> None:
 
 
 def test_shared_modules_import_no_framework() -> None:
-    code = (
-        "import sys, shared.claims, shared.claims_cli, shared.bench; print(sorted({'torch', 'jax'} & set(sys.modules)))"
-    )
+    code = "import sys, shared.apps.claims, shared.apps.claims.cli, shared.apps.bench; print(sorted({'torch', 'jax'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from shared import cli
+from shared.apps import cli
 
 
 def test_run_one_scenario_json(tmp_path, capsys) -> None:

@@ -10,7 +10,7 @@ import torch
 from conftest import case_result
 
 from jax_impl import data_vs_detach as jd
-from shared import fixtures
+from shared.core import fixtures
 from torch_impl import data_vs_detach as td
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from shared import cli
+from shared.apps import cli
 
 TIMING = {"seconds"}
 

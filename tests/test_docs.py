@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared import docs
+from shared.apps import docs
 
 
 def test_readme_is_fresh() -> None:
@@ -12,7 +12,7 @@ def test_readme_is_fresh() -> None:
 
 
 def test_every_scenario_in_cheatsheet() -> None:
-    from shared.registry import names
+    from shared.core.registry import names
 
     table = docs.cheatsheet_table()
     for name in names():

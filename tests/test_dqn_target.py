@@ -13,12 +13,12 @@ from flax import nnx
 
 from jax_impl import dqn_target as jd
 from jax_impl._common import flat
-from shared import fixtures
-from shared.oracle import fd_grad
+from shared.core import fixtures
+from shared.core.oracle import fd_grad
 from shared.scenarios.dqn_target import DONE_ROW, LAYERS, PARAMS, TIE_ACTIONS, TIE_ROW, q_values
 from torch_impl import dqn_target as td
 from torch_impl._common import tensor
-from torch_impl._layout import canonical_grads
+from torch_impl._layout import grads_of
 
 ONLINE = [f"grads/online/{k}" for k in LAYERS]
 
@@ -83,7 +83,7 @@ def _torch_grads(fx, max_fn) -> dict[str, np.ndarray]:
     q_sa = online(b["obs"]).gather(1, b["actions"][:, None]).squeeze(1)
     y = b["rewards"] + fx.scalar("gamma") * (1.0 - b["dones"]) * max_fn(online(b["next_obs"]))
     td.td_loss(q_sa, y).backward()
-    return {f"grads/online/{k}": g for k, g in canonical_grads(online).items()}
+    return {f"grads/online/{k}": g for k, g in grads_of(online).items()}
 
 
 def test_tie_convention_matters_for_the_residual_gradient() -> None:

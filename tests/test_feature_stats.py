@@ -10,7 +10,8 @@ import torch
 from conftest import case_result
 
 from jax_impl import feature_stats as jf
-from shared import fixtures, oracle
+from shared.core import fixtures
+from shared.core.runner import oracle_outputs
 from torch_impl import feature_stats as tf
 
 GRADS = ("grads/encoder/kernel", "grads/encoder/bias", "grads/head/kernel", "grads/head/bias")
@@ -26,7 +27,7 @@ def test_monitoring_leaves_gradient_bit_identical(dtype: str) -> None:
             _, without, none = mod.train_step(mod.build_model(fx), x, y, "ported", monitor=False)
         assert stats is not None and none is None
         if mod is jf:
-            with_stats, without = jf.flat(with_stats), jf.flat(without)
+            with_stats, without = jf.grads_of(with_stats), jf.grads_of(without)
         assert set(with_stats) == set(without) and len(with_stats) == 4
         for k in with_stats:
             assert np.asarray(with_stats[k]).dtype == np.dtype(dtype)
@@ -82,7 +83,7 @@ def test_single_sample_std_is_nan_and_gradient_stays_finite() -> None:
     j = jf.run(one, "ported")
     assert np.all(np.isnan(t["stats/std"])) and np.all(np.isnan(j["stats/std"]))
     np.testing.assert_array_equal(jf.run(one, "naive_ddof0")["stats/std"], 0.0)  # jnp ddof=0: 0, not NaN
-    want = oracle.compute("feature_stats", one, "ported")
+    want = oracle_outputs(one.spec, one, "ported")
     for k in GRADS:  # a NaN statistic of stopped features never reaches the gradient
         assert np.all(np.isfinite(t[k])) and np.any(t[k] != 0)
         np.testing.assert_allclose(t[k], want[k], rtol=1e-9, atol=1e-12)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shared import fixtures
-from shared.fixtures import Field, validate
-from shared.registry import SCENARIOS
+from shared.core import fixtures
+from shared.core.registry import SCENARIOS
+from shared.core.schema import Field, validate
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -155,11 +155,17 @@ def test_lists_seed_and_non_mapping_refused() -> None:
 
 
 def test_cross_field_checks_run_on_construction() -> None:
-    from shared.fixtures import Fixture
+    from shared.core.fixtures import Fixture
+    from shared.core.records import Porting, Scenario
 
     def window_divides(arrays, dims):
         return None if dims["B"] % 2 == 0 else f"field 'x': B={dims['B']} expected even"
 
+    spec = Scenario(
+        name="demo", title="demo", family="scenarios", claims=(), source="", lesson="", variants=("v",),
+        schema=SCHEMA, build=lambda rng, case: {}, oracle=lambda fx, v: {}, pattern={"v": (("*", "nonzero"),)},
+        porting=Porting("", "", ""), checks=(window_divides,),
+    )  # fmt: skip
     arrays = {"x": np.zeros((3, 2)), "y": np.zeros(3), "k": np.array(1)}
     with pytest.raises(ValueError, match=r"fixture 'demo': field 'x': B=3 expected even"):
-        Fixture("demo", "float64", arrays, SCHEMA, seed=None, case="user", checks=(window_divides,))
+        Fixture(spec, "float64", arrays, seed=None, case="user")

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import case_result
 
-from shared import fixtures
+from shared.core import fixtures
 
 BACKBONE = ("backbone/l1/kernel", "backbone/l1/bias", "backbone/l2/kernel", "backbone/l2/bias")
 

@@ -13,10 +13,10 @@ from conftest import case_result
 from flax import nnx
 
 from jax_impl import gan as jgan
-from shared import fixtures
+from shared.core import fixtures
 from shared.scenarios.gan import PARAMS
 from torch_impl import gan as tgan
-from torch_impl._layout import canonical_grads
+from torch_impl._layout import grads_of
 
 VARIANTS = ("fake_stopped", "fake_not_stopped")
 DTYPES = ("float32", "float64")
@@ -85,7 +85,7 @@ def test_torch_leaked_gradient_joins_the_generator_update_without_zero_grad() ->
     tgan.discriminator_loss(model.gen, model.disc, real, z, "fake_not_stopped").backward()
     d_opt.step()
     tgan.generator_loss(model.gen, model.disc, z).backward()  # accumulates onto the leaked gradient
-    grads = canonical_grads(model)
+    grads = grads_of(model)
     out = case_result("gan", "fake_not_stopped", "float64", "random").outputs["torch"]
     for k in GEN:
         want = out[f"d_step/grads/{k}"] + out[f"g_step/grads/{k}"]
@@ -115,7 +115,7 @@ def test_torch_reusing_fake_needs_the_detach(variant: str) -> None:
         return
     g_loss.backward()
     out = case_result("gan", variant, "float64", "random").outputs["torch"]
-    for k, g in canonical_grads(model).items():
+    for k, g in grads_of(model).items():
         np.testing.assert_array_equal(g, out[f"g_step/grads/{k}"], err_msg=k)
 
 

@@ -11,7 +11,7 @@ import torch
 from conftest import case_result
 
 from jax_impl import grad_clipping as jg
-from shared import fixtures
+from shared.core import fixtures
 from torch_impl import grad_clipping as tg
 
 EPS = 1e-6  # torch.nn.utils.clip_grad_norm_

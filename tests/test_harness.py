@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
-from shared import oracle
-from shared.parity import Tolerance, check_pattern, compare
+from shared.core import oracle
+from shared.core.parity import Tolerance, check_pattern, compare
 
 TOL = Tolerance(rtol=1e-10, atol=1e-12)
 A = {"grads/w": np.array([1.0, 2.0]), "loss": np.array(0.5)}
@@ -111,7 +111,7 @@ def test_bad_arguments_raise() -> None:
 def test_naive_variant_must_differ_only_where_declared(monkeypatch) -> None:
     """A diverging variant passes only if JAX differs on the declared keys and agrees elsewhere."""
     from jax_impl import p10_adam_weight_decay as jp
-    from shared.runner import run_case
+    from shared.core.runner import run_case
 
     good = run_case("p10_adam_weight_decay", "naive", "float64", case="handed")
     assert good.ok and good.verdict == "DIFFERS (expected)"

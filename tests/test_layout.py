@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from torch_impl._layout import canonical_grads, canonical_params, load_canonical
+from torch_impl._layout import grads_of, load_params, params_of
 
 
 class Net(nn.Module):
@@ -28,8 +28,8 @@ def params(rng: np.random.Generator) -> dict[str, np.ndarray]:
 
 def test_round_trip_and_square_transpose() -> None:
     p = params(np.random.default_rng(0))
-    net = load_canonical(Net(), p)
-    back = canonical_params(net)
+    net = load_params(Net(), p)
+    back = params_of(net)
     for k in p:
         np.testing.assert_array_equal(back[k], p[k])
     # a square kernel loads without error either way: only the transpose gives x @ W + b
@@ -41,10 +41,10 @@ def test_round_trip_and_square_transpose() -> None:
 
 def test_grads_in_canonical_layout_and_none_as_zero() -> None:
     p = params(np.random.default_rng(0))
-    net = load_canonical(Net(), p)
+    net = load_params(Net(), p)
     x = torch.from_numpy(np.random.default_rng(2).normal(size=(4, 3)))
     net.l1(x).sum().backward()
-    g = canonical_grads(net)
+    g = grads_of(net)
     np.testing.assert_allclose(g["l1/kernel"], x.numpy().T @ np.ones((4, 3)), rtol=1e-12)
     assert np.all(g["l2/kernel"] == 0)  # l2 never used: .grad is None, mapped to zeros (P11)
 
@@ -52,19 +52,19 @@ def test_grads_in_canonical_layout_and_none_as_zero() -> None:
 def test_load_errors() -> None:
     p = params(np.random.default_rng(0))
     with pytest.raises(ValueError, match=r"'l2/kernel' expected canonical shape \(3, 2\), got \(2, 3\)"):
-        load_canonical(Net(), {**p, "l2/kernel": p["l2/kernel"].T})
+        load_params(Net(), {**p, "l2/kernel": p["l2/kernel"].T})
     with pytest.raises(KeyError, match="no array for parameter 'l1/bias'"):
-        load_canonical(Net(), {k: v for k, v in p.items() if k != "l1/bias"})
+        load_params(Net(), {k: v for k, v in p.items() if k != "l1/bias"})
     with pytest.raises(ValueError, match=r"arrays \['l3/kernel'\] match no parameter"):
-        load_canonical(Net(), {**p, "l3/kernel": np.zeros((2, 2))})
+        load_params(Net(), {**p, "l3/kernel": np.zeros((2, 2))})
 
 
 @pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
 def test_grads_after_create_graph_are_plain_arrays() -> None:
-    # with create_graph=True, .grad itself requires grad: canonical_grads must cut it from the graph
-    net = load_canonical(Net(), params(np.random.default_rng(0)))
+    # with create_graph=True, .grad itself requires grad: grads_of must cut it from the graph
+    net = load_params(Net(), params(np.random.default_rng(0)))
     x = torch.from_numpy(np.random.default_rng(3).normal(size=(2, 3)))
     (net.l1(x) ** 2).sum().backward(create_graph=True)
     assert net.l1.weight.grad.requires_grad
-    g = canonical_grads(net)
+    g = grads_of(net)
     assert isinstance(g["l1/kernel"], np.ndarray) and g["l1/kernel"].shape == (3, 3)

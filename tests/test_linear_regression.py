@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import case_result
 
-from shared.losses import check_same_shape
+from shared.core.checks import check_same_shape
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -10,11 +10,11 @@ from conftest import case_result
 from torch.func import functional_call
 
 from jax_impl import maml as jmaml
-from shared import fixtures
-from shared.oracle import fd_jacobian
+from shared.core import fixtures
+from shared.core.oracle import fd_jacobian
 from shared.scenarios.maml import PARAMS, mse_grad
 from torch_impl import maml as tmaml
-from torch_impl._layout import canonical_named
+from torch_impl._layout import params_of
 
 CASES = ("n1", "n3")
 TIGHT = {"float32": {"rtol": 2e-5, "atol": 1e-6}, "float64": {"rtol": 1e-12, "atol": 1e-14}}
@@ -104,7 +104,7 @@ def _maml_torch_func(fx, variant: str) -> dict[str, np.ndarray]:
         return sum(loss(adapt(p, sx[t], support_y[t]), qx[t], qy[t]) for t in range(sx.shape[0]))
 
     g_params, g_sy = torch.func.grad(meta, argnums=(0, 1))(params, sy)
-    out = {f"meta_grads/{k}": v for k, v in canonical_named(model, g_params).items()}
+    out = {f"meta_grads/{k}": v for k, v in params_of(model, g_params).items()}
     out["data_grads/support_y"] = g_sy.numpy()
     return out
 
@@ -129,15 +129,15 @@ def test_mse_loss_refuses_broadcasting(module) -> None:
 
 
 def test_canonical_named_matches_the_module_layout_and_refuses_bad_dicts() -> None:
-    from torch_impl._layout import canonical_params
+    from torch_impl._layout import params_of
 
     model = tmaml.build_model(fixtures.make("maml", "float64", case="n1"))
     named = dict(model.named_parameters())
-    got, want = canonical_named(model, named), canonical_params(model)
+    got, want = params_of(model, named), params_of(model)
     assert list(got) == list(want) and all(np.array_equal(got[k], want[k]) for k in want)
     with pytest.raises(KeyError, match="no tensor for parameter 'l2.bias'"):
-        canonical_named(model, {k: v for k, v in named.items() if k != "l2.bias"})
+        params_of(model, {k: v for k, v in named.items() if k != "l2.bias"})
     with pytest.raises(ValueError, match=r"'l1.weight' expected shape \(8, 1\), got \(1, 8\)"):
-        canonical_named(model, {**named, "l1.weight": named["l1.weight"].T})
+        params_of(model, {**named, "l1.weight": named["l1.weight"].T})
     with pytest.raises(ValueError, match=r"tensors \['extra'\] match no parameter of MLP"):
-        canonical_named(model, {**named, "extra": torch.zeros(1)})
+        params_of(model, {**named, "extra": torch.zeros(1)})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from shared.registry import SCENARIOS
+from shared.core.registry import SCENARIOS
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = re.compile(r"#\s*GRAD-FLOW:\s*(.+)$")

@@ -11,7 +11,7 @@ from conftest import case_result
 from flax import nnx
 
 from jax_impl import mixed_precision as jm
-from shared import fixtures
+from shared.core import fixtures
 from torch_impl import mixed_precision as tm
 
 U = 2.0**-8  # bfloat16 unit roundoff

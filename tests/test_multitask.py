@@ -10,11 +10,11 @@ from conftest import case_result
 from flax import nnx
 
 from jax_impl import multitask as jm
-from shared import fixtures
-from shared.oracle import fd_grad
+from shared.core import fixtures
+from shared.core.oracle import fd_grad
 from shared.scenarios.multitask import PARAMS, task_losses
 from torch_impl import multitask as tm
-from torch_impl._layout import canonical_grads
+from torch_impl._layout import grads_of
 
 TRUNK = ("grads/trunk/kernel", "grads/trunk/bias")
 HEADS = ("grads/head1/kernel", "grads/head1/bias", "grads/head2/kernel", "grads/head2/bias")
@@ -26,7 +26,7 @@ def _single_task_trunk_grads(fx, task: int) -> dict[str, dict[str, np.ndarray]]:
     x, y1, labels = (torch.tensor(np.array(fx[k])) for k in ("x", "y1", "labels"))
     losses = tm.task_losses(*_pair(model(x, "none"), y1, labels))
     losses[task - 1].backward()
-    grads = canonical_grads(model)  # the layout helper owns the [out, in] -> [in, out] transpose
+    grads = grads_of(model)  # the layout helper owns the [out, in] -> [in, out] transpose
     out = {"torch": {TRUNK[0]: grads["trunk/kernel"], TRUNK[1]: grads["trunk/bias"]}}
 
     with jax.enable_x64(True):  # float64 fixture: JAX computes in float64 only inside this context

@@ -11,7 +11,7 @@ from conftest import case_result
 from flax import nnx
 
 from jax_impl import no_grad_inference as jn
-from shared import fixtures
+from shared.core import fixtures
 from torch_impl import no_grad_inference as tn
 
 VARIANTS = ("no_grad", "inference_mode", "detach")

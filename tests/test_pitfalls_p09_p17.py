@@ -22,11 +22,11 @@ from conftest import case_result
 import jax_impl
 import torch_impl
 from jax_impl import p14_td_loss_broadcast as j14
-from shared import fixtures
-from shared.oracle import adamw
+from shared.core import fixtures
+from shared.core.oracle import adamw
 from torch_impl import p14_td_loss_broadcast as t14
 from torch_impl._common import grads_or_zeros
-from torch_impl._layout import canonical_params, load_canonical
+from torch_impl._layout import load_params, params_of
 
 DTYPES = ("float32", "float64")
 DIVERGING = (  # the naive mistake is a JAX port of a torch idiom: JAX differs from torch
@@ -75,10 +75,10 @@ def test_p09_torch_lstm_layout_round_trip() -> None:
     params = {k.removeprefix("params/"): np.array(v) for k, v in fx.items() if k.startswith("params/")}
     model = torch.nn.Module()
     model.cell = torch.nn.LSTMCell(2, 2, dtype=torch.float64)
-    load_canonical(model, params)
+    load_params(model, params)
     assert tuple(model.cell.weight_ih.shape) == (8, 2)  # torch: [4H, D], gates i|f|g|o
     np.testing.assert_array_equal(model.cell.weight_ih.detach().numpy(), params["cell/ih/kernel"].T)
-    back = canonical_params(model)
+    back = params_of(model)
     for k, v in params.items():
         np.testing.assert_array_equal(back[k], v)
 

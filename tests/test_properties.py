@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared.registry import SCENARIOS
-from shared.runner import run_case
+from shared.core.registry import SCENARIOS
+from shared.core.runner import run_case
 
 RANDOM = [name for name, spec in SCENARIOS.items() if "random" in spec.cases]
 SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}

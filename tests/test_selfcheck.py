@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from shared import selfcheck
+from shared.apps import selfcheck
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,7 +78,7 @@ def test_covering_tests_for_a_scenario() -> None:
 
 
 KILL_ONE = """
-from shared import selfcheck
+from shared.apps import selfcheck
 site = next(s for s in selfcheck.find_sites() if s.path == "jax_impl/basics.py" and "stop_gradient" in s.construct)
 (outcome,) = selfcheck.selfcheck([site], jobs=1)
 print(outcome.status, outcome.exit_code)

@@ -10,8 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared import cli, figures, registry, show, site
-from shared.runner import iter_cases
+from shared.apps import cli, show, site
+from shared.apps.site import figures
+from shared.core import registry
+from shared.core.runner import iter_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("basics", "linear_regression")
@@ -83,7 +85,7 @@ def test_index_verdicts_claims_and_cheat_sheet(built) -> None:
 def test_scenario_page_aligns_code_and_marks_grad_flow(built) -> None:
     html = (built / "basics.html").read_text(encoding="utf-8")
     rows = show.aligned_rows("basics")
-    assert [r.name for r in rows] == [show.HEADER, "forward", "loss_via_z", "loss_total", "run"]
+    assert [r.name for r in rows] == [show.HEADER, "forward", "loss_via_z", "loss_total", "make_step", "run"]
     assert html.count('class="cell torch"') == html.count('class="cell jax"') == len(rows)
     tags = sum(
         len(re.findall(r"#\s*GRAD-FLOW:", (ROOT / f"{fw}_impl" / "basics.py").read_text(encoding="utf-8")))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from shared import site
+from shared.apps import site
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,11 +12,12 @@ from flax import nnx
 from torch import nn
 
 from jax_impl import tbptt as jt
-from shared import fixtures
-from shared.oracle import fd_grad
+from shared.core import fixtures
+from shared.core.checks import truncation_length
+from shared.core.oracle import fd_grad
 from shared.scenarios import tbptt as sc
 from torch_impl import tbptt as tt
-from torch_impl._layout import canonical_grads, canonical_params, load_canonical
+from torch_impl._layout import grads_of, load_params, params_of
 
 
 def _reached(out: dict, cell: str) -> list[int]:
@@ -116,7 +117,7 @@ def test_gru_b_hn_is_nonzero_and_dropping_it_changes_hidden_states() -> None:
 
     def torch_hidden_states(b_hn_scale: float) -> np.ndarray:
         hh_bias = np.concatenate([b_hh[: 2 * n_h], b_hn_scale * b_hh[2 * n_h :]])
-        cell = load_canonical(nn.GRUCell(fx.dims["I"], n_h, dtype=torch.float64), {**canon, "hh/bias": hh_bias})
+        cell = load_params(nn.GRUCell(fx.dims["I"], n_h, dtype=torch.float64), {**canon, "hh/bias": hh_bias})
         h, hs = torch.from_numpy(np.array(fx["h0"])), []
         with torch.no_grad():
             for x_t in torch.from_numpy(np.array(fx["x"])):
@@ -153,8 +154,8 @@ def test_cell_layout_round_trip_and_gate_order(module: type) -> None:
     fx = fixtures.make("tbptt", "float64")
     cell = "elman" if module is nn.RNNCell else "gru"
     canon = {k.removeprefix(f"params/{cell}/cell/"): v for k, v in fx.items() if k.startswith(f"params/{cell}/cell/")}
-    torch_cell = load_canonical(module(fx.dims["I"], fx.dims["H"], dtype=torch.float64), canon)
-    back = canonical_params(torch_cell)
+    torch_cell = load_params(module(fx.dims["I"], fx.dims["H"], dtype=torch.float64), canon)
+    back = params_of(torch_cell)
     assert sorted(back) == ["hh/bias", "hh/kernel", "ih/bias", "ih/kernel"]
     for key, value in canon.items():
         np.testing.assert_array_equal(back[key], value)
@@ -233,7 +234,7 @@ def test_train_windows_gives_the_truncated_gradient(variant: str) -> None:
     """The per-window training loop (backward per window) == the scenario's gradient, both frameworks, float64."""
     fx = fixtures.make("tbptt", "float64")
     expect = case_result("tbptt", variant, "float64", "random").outputs
-    k = sc.window(variant, 24)
+    k = truncation_length(variant, 24)
     for cell in sc.CELLS:
         model = tt.build_model(fx, cell)
         loss_t = tt.train_windows(
@@ -244,7 +245,7 @@ def test_train_windows_gives_the_truncated_gradient(variant: str) -> None:
             k,
         )
         assert not loss_t.requires_grad  # the summed loss keeps no window's graph alive
-        grads_t = canonical_grads(model)
+        grads_t = grads_of(model)
         with jax.enable_x64(True):
             model_j, params = jt.build_model(fx, cell)
             loss_j, grads_j = jax.jit(lambda p, x, h, y, m=model_j: jt.train_windows(m, p, x, h, y, k))(

@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from shared.contracts import check_call, finish
-from shared.fixtures import Fixture
+from shared.core.contracts import check_call, finish
+from shared.core.fixtures import Fixture, require
 
-__all__ = ["scenario_run", "check_variant", "tensor", "numpy", "grads_or_zeros"]
+__all__ = ["scenario_run", "scenario_step", "tensor", "numpy", "grads_or_zeros"]
 
 
 def scenario_run(scenario: str) -> Callable:
@@ -32,15 +32,29 @@ def scenario_run(scenario: str) -> Callable:
     return wrap
 
 
-def check_variant(scenario: str, variant: str) -> str:
-    """Return `variant` if `scenario` registers it, else raise ValueError listing the valid names.
+def scenario_step(scenario: str) -> Callable:
+    """Decorate `make_step(fx, variant)`: check the arguments, then build the step.
 
-    Public helpers that branch on `variant` call this first, so a typo'd name fails
-    instead of falling into an else branch (run() checks it through scenario_run).
+    `make_step` sets a scenario up once (model from the fixture, optimizer, inputs) and
+    returns a zero-argument callable that performs exactly one step of what `run` trains or
+    differentiates and returns that step's loss, a 0-d float32 torch.Tensor, before the step's
+    update; every call takes one more step. The bench times it; tests/test_steps.py checks
+    it against the oracle's `step_loss`. Torch steps are eager: every call runs forward, backward and the update; the loss
+    comes back detached, so no step's graph outlives it.
+    Raises ValueError unless fx is a float32 Fixture of `scenario` (float64 would need x64
+    for the step's whole lifetime) and `variant` is registered.
     """
-    from shared.registry import get  # late: the registry imports the scenario records
 
-    return get(scenario).check_variant(variant)
+    def wrap(make_step: Callable) -> Callable:
+        @functools.wraps(make_step)
+        def checked(fx: Fixture, variant: str) -> Callable[[], torch.Tensor]:
+            require(fx, scenario, "float32", f"{scenario}.make_step")
+            fx.spec.check_variant(variant)
+            return make_step(fx, variant)
+
+        return checked
+
+    return wrap
 
 
 def tensor(fx: Fixture, key: str, requires_grad: bool = False) -> torch.Tensor:

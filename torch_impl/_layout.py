@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["RULES", "load_canonical", "canonical_params", "canonical_grads", "canonical_named"]
+__all__ = ["RULES", "load_params", "params_of", "grads_of"]
 
 _T: Callable[[np.ndarray], np.ndarray] = lambda a: a.T  # noqa: E731  [in, out] <-> [out, in]
 _ID: Callable[[np.ndarray], np.ndarray] = lambda a: a  # noqa: E731
@@ -53,7 +53,7 @@ def _leaves(module: nn.Module):
             yield (f"{prefix}/{leaf}" if prefix else leaf), param, to_torch, to_canon
 
 
-def load_canonical(module: nn.Module, params: Mapping[str, np.ndarray]) -> nn.Module:
+def load_params(module: nn.Module, params: Mapping[str, np.ndarray]) -> nn.Module:
     """Copy canonical arrays into a module's parameters (in place, no autograd record).
 
     Raises:
@@ -65,43 +65,32 @@ def load_canonical(module: nn.Module, params: Mapping[str, np.ndarray]) -> nn.Mo
     with torch.no_grad():  # loading weights is not part of any graph
         for key, param, to_torch, _ in _leaves(module):
             if key not in params:
-                raise KeyError(f"load_canonical: no array for parameter {key!r}; given {sorted(params)}")
+                raise KeyError(f"load_params: no array for parameter {key!r}; given {sorted(params)}")
             value = to_torch(np.asarray(params[key]))
             if tuple(value.shape) != tuple(param.shape):
                 raise ValueError(
-                    f"load_canonical: {key!r} expected canonical shape {tuple(to_torch(np.empty(param.shape)).shape)}, "
+                    f"load_params: {key!r} expected canonical shape {tuple(to_torch(np.empty(param.shape)).shape)}, "
                     f"got {np.asarray(params[key]).shape}"
                 )
             param.copy_(torch.from_numpy(np.array(value, copy=True)).to(param.dtype))
             seen.add(key)
     extra = sorted(set(params) - seen)
     if extra:
-        raise ValueError(f"load_canonical: arrays {extra} match no parameter of {type(module).__name__}")
+        raise ValueError(f"load_params: arrays {extra} match no parameter of {type(module).__name__}")
     return module
 
 
-def canonical_params(module: nn.Module) -> dict[str, np.ndarray]:
-    """Parameters in canonical layout, as numpy copies."""
-    return {key: to_canon(param.detach().cpu().numpy()).copy() for key, param, _, to_canon in _leaves(module)}
+def params_of(module: nn.Module, tensors: Mapping[str, torch.Tensor] | None = None) -> dict[str, np.ndarray]:
+    """Parameters in canonical layout (`l1/kernel` [in, out]), as numpy copies.
 
-
-def canonical_grads(module: nn.Module) -> dict[str, np.ndarray]:
-    """`.grad` of every parameter in canonical layout; a None grad becomes explicit zeros (pitfall P11)."""
-    out = {}
-    for key, param, _, to_canon in _leaves(module):
-        g = torch.zeros_like(param) if param.grad is None else param.grad
-        out[key] = to_canon(g.detach().cpu().numpy()).copy()
-    return out
-
-
-def canonical_named(module: nn.Module, tensors: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    """Tensors keyed by torch parameter name (`l1.weight`, as `named_parameters()` and
-    `torch.func.functional_call` use) in canonical layout (`l1/kernel`), as numpy copies.
-
-    For parameter dicts that live outside the module, e.g. MAML's adapted parameters.
+    With `tensors` (keyed by torch parameter name, `l1.weight`, as `named_parameters()` and
+    `torch.func.functional_call` use), those tensors instead of the module's own: for
+    parameter dicts that live outside the module, e.g. MAML's adapted parameters.
     Raises:
       KeyError: a parameter of the module has no tensor.  ValueError: a shape differs, or extra tensors.
     """
+    if tensors is None:
+        return {key: to_canon(param.detach().cpu().numpy()).copy() for key, param, _, to_canon in _leaves(module)}
     out, seen = {}, set()
     for path, sub in module.named_modules():
         for leaf, attr, _, to_canon in RULES.get(type(sub), ()):
@@ -109,16 +98,25 @@ def canonical_named(module: nn.Module, tensors: Mapping[str, torch.Tensor]) -> d
                 continue
             name = f"{path}.{attr}" if path else attr
             if name not in tensors:
-                raise KeyError(f"canonical_named: no tensor for parameter {name!r}; given {sorted(tensors)}")
+                raise KeyError(f"params_of: no tensor for parameter {name!r}; given {sorted(tensors)}")
             value = tensors[name]
             if tuple(value.shape) != tuple(getattr(sub, attr).shape):
                 raise ValueError(
-                    f"canonical_named: {name!r} expected shape {tuple(getattr(sub, attr).shape)}, got {tuple(value.shape)}"
+                    f"params_of: {name!r} expected shape {tuple(getattr(sub, attr).shape)}, got {tuple(value.shape)}"
                 )
             key = f"{path.replace('.', '/')}/{leaf}" if path else leaf
             out[key] = to_canon(value.numpy(force=True)).copy()
             seen.add(name)
     extra = sorted(set(tensors) - seen)
     if extra:
-        raise ValueError(f"canonical_named: tensors {extra} match no parameter of {type(module).__name__}")
+        raise ValueError(f"params_of: tensors {extra} match no parameter of {type(module).__name__}")
+    return out
+
+
+def grads_of(module: nn.Module) -> dict[str, np.ndarray]:
+    """`.grad` of every parameter in canonical layout; a None grad becomes explicit zeros (pitfall P11)."""
+    out = {}
+    for key, param, _, to_canon in _leaves(module):
+        g = torch.zeros_like(param) if param.grad is None else param.grad
+        out[key] = to_canon(g.detach().cpu().numpy()).copy()
     return out

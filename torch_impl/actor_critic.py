@@ -11,16 +11,18 @@ Reference: Mnih et al. 2016, "Asynchronous Methods for Deep Reinforcement Learni
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_rank, check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, load_canonical
+from shared.core.checks import check_rank, check_same_shape, check_variant
+from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params
 
-__all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "run"]
+__all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
 
 
 class MLP(nn.Module):
@@ -51,7 +53,7 @@ def build_model(fx) -> ActorCritic:
     """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture)."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
-    return load_canonical(ActorCritic(d, h, a, getattr(torch, fx.dtype)), params)
+    return load_params(ActorCritic(d, h, a, getattr(torch, fx.dtype)), params)
 
 
 def select_actions(logits: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,6 +100,27 @@ def a2c_losses(
     return policy_loss, value_loss, entropy, advantages
 
 
+@scenario_step("actor_critic")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """Acting, A2C losses, the policy loss's critic gradient, the total's gradient (no update); returns the total."""
+    model = build_model(fx)
+    obs, actions, returns = tensor(fx, "obs"), tensor(fx, "actions"), tensor(fx, "returns")
+    noise, vf_coef, ent_coef = tensor(fx, "noise"), fx.scalar("vf_coef"), fx.scalar("ent_coef")
+
+    def step() -> torch.Tensor:
+        # run does this inline (no public step function): the same calls, the gradients left in .grad
+        logits, values = model(obs)
+        select_actions(logits, noise)
+        policy_loss, value_loss, entropy, _ = a2c_losses(logits, values, actions, returns, variant)
+        loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+        grads_or_zeros(policy_loss, list(model.critic.parameters()), retain_graph=True)  # does it reach the critic?
+        model.zero_grad(set_to_none=True)
+        loss.backward()
+        return loss.detach()
+
+    return step
+
+
 @scenario_run("actor_critic")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, policy_loss, value_loss, entropy []; advantages, selected_logp [B]; selected_actions [B] int64;
@@ -110,12 +133,12 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     loss = policy_loss + fx.scalar("vf_coef") * value_loss - fx.scalar("ent_coef") * entropy
 
     policy_loss.backward(retain_graph=True)  # the policy loss alone: does it reach the critic?
-    policy_grads = canonical_grads(model.critic)  # .grad None -> explicit zeros (P11)
+    policy_grads = grads_of(model.critic)  # .grad None -> explicit zeros (P11)
     model.zero_grad(set_to_none=True)
     loss.backward()
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "value_loss": numpy(value_loss)}
     out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_logp=numpy(selected_logp))
     out["selected_actions"] = numpy(selected).astype(np.int64)
-    out.update({f"grads/{k}": g for k, g in canonical_grads(model).items()})
+    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})
     out.update({f"policy_grads/critic/{k}": g for k, g in policy_grads.items()})
     return out

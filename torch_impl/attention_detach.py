@@ -13,16 +13,17 @@ Reference: Vaswani et al. 2017, arXiv:1706.03762.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params
 
-__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "run"]
+__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "make_step", "run"]
 
 
 class Attention(nn.Module):
@@ -47,7 +48,7 @@ class Attention(nn.Module):
 def build_model(fx) -> Attention:
     """An Attention head loaded with the fixture's canonical kernels."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
-    return load_canonical(Attention(fx.dims["E"], fx.dims["K"], getattr(torch, fx.dtype)), params)
+    return load_params(Attention(fx.dims["E"], fx.dims["K"], getattr(torch, fx.dtype)), params)
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -68,6 +69,23 @@ def mse_loss(context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((context - target) ** 2).mean()
 
 
+@scenario_step("attention_detach")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """Backward of the attention head's squared error into the kernels and x (no update); returns the loss."""
+    model = build_model(fx)
+    x, mask, target = tensor(fx, "x", requires_grad=True), tensor(fx, "mask"), tensor(fx, "target")
+
+    def step() -> torch.Tensor:
+        model.zero_grad(set_to_none=True)  # backward accumulates: each step starts from no gradient, as run
+        x.grad = None
+        context, _ = model(x, mask, variant)
+        loss = mse_loss(context, target)
+        loss.backward()
+        return loss.detach()
+
+    return step
+
+
 @scenario_run("attention_detach")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [], context [N, K], weights [N, N], grads/{q,k,v}/kernel [E, K], grads/x [N, E]."""
@@ -77,5 +95,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     loss = mse_loss(context, tensor(fx, "target"))
     loss.backward()
     out = {"loss": numpy(loss), "context": numpy(context), "weights": numpy(weights), "grads/x": numpy(x.grad)}
-    out.update({f"grads/{k}": g for k, g in canonical_grads(model).items()})
+    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})
     return out

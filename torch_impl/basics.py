@@ -10,13 +10,15 @@ Reference: PyTorch docs, torch.Tensor.detach.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, grads_or_zeros, numpy, scenario_run, tensor
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
 
-__all__ = ["forward", "loss_via_z", "loss_total", "run"]
+__all__ = ["forward", "loss_via_z", "loss_total", "make_step", "run"]
 
 
 def forward(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -47,6 +49,21 @@ def loss_total(x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, variant: str) 
     check_variant("basics", variant)
     y, z = forward(x, variant)
     return (d * y + c * z).sum()
+
+
+@scenario_step("basics")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """d/dx of loss_via_z and of loss_total (both gradients of run); returns loss_total."""
+    x = tensor(fx, "x", requires_grad=True)
+    c, d = tensor(fx, "c"), tensor(fx, "d")
+
+    def step() -> torch.Tensor:
+        grads_or_zeros(loss_via_z(x, c, variant), [x])
+        loss = loss_total(x, c, d, variant)
+        grads_or_zeros(loss, [x])
+        return loss.detach()
+
+    return step
 
 
 @scenario_run("basics")

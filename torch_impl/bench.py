@@ -23,14 +23,28 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from shared.fixtures import require
-from shared.scenarios.tbptt import check_windows
+from shared.core.checks import check_truncation
+from shared.core.fixtures import require
 from torch_impl import frozen_backbone, tbptt
 from torch_impl._common import tensor
 
-__all__ = ["device", "dispatch_steps", "freezing_steps", "tbptt_step"]
+__all__ = ["configure", "device", "dispatch_steps", "freezing_steps", "tbptt_step"]
 
 FORMS = ("windows", "one_backward")
+
+
+def configure(threads: int) -> dict[str, object]:
+    """Set this process up for measuring (the bench's fresh worker only) and say where torch runs.
+
+    torch.set_num_threads(threads); float32 matmuls without TF32 (as JAX's "highest"
+    precision); with CUDA, tensors are created on the GPU. Returns device().
+    """
+    torch.set_num_threads(threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if torch.cuda.is_available():
+        torch.set_default_device("cuda")  # every tensor a scenario creates lands on the GPU
+    return device()
 
 
 def device() -> dict[str, object]:
@@ -144,7 +158,7 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], torch.Tensor], Calla
     if form not in FORMS:
         raise ValueError(f"tbptt_step: form expected one of {FORMS}, got {form!r}")
     t_steps = require(fx, "tbptt", "float32", "tbptt_step").dims["T"]
-    k = check_windows("tbptt_step", k, t_steps, divides=form == "windows")
+    k = check_truncation("tbptt_step", k, t_steps, divides=form == "windows")
     model = tbptt.build_model(fx, "gru")
     x, h0, targets = tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "targets")
 

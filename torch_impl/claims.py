@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.claims_data import toy
+from shared.core.toys import toy
 
 __all__ = [
     "check_c01",

@@ -12,13 +12,15 @@ Reference: PyTorch docs, "Autograd mechanics: in-place operations with autograd"
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
-from shared.losses import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from shared.core.checks import check_same_shape
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
 
-__all__ = ["write_zeros", "step", "run"]
+__all__ = ["write_zeros", "step", "make_step", "run"]
 
 HOW = ("detach_clone", "data_inplace", "detach_inplace")
 
@@ -58,6 +60,19 @@ def step(x: torch.Tensor, c: torch.Tensor, how: str) -> tuple[torch.Tensor | np.
     written = write_zeros(out, how)
     (grad,) = torch.autograd.grad(loss, [x])
     return loss, grad, before, written, out
+
+
+@scenario_step("data_vs_detach")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One step (σ forward, the zero write spelled `variant`, d loss / dx); returns the loss."""
+    x = tensor(fx, "x", requires_grad=True)
+    c = tensor(fx, "c")
+
+    def one_step() -> torch.Tensor:
+        loss, _, _, _, _ = step(x, c, variant)
+        return loss.detach()
+
+    return one_step
 
 
 @scenario_run("data_vs_detach")

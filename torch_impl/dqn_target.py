@@ -16,16 +16,27 @@ arXiv:1509.06461 (double DQN); Baird 1995 (residual gradient).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, canonical_params, load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params, params_of
 
-__all__ = ["QNetwork", "build_networks", "greedy", "td_targets", "td_loss", "train_step", "soft_update", "run"]
+__all__ = [
+    "QNetwork",
+    "build_networks",
+    "greedy",
+    "td_targets",
+    "td_loss",
+    "train_step",
+    "soft_update",
+    "make_step",
+    "run",
+]
 
 
 class QNetwork(nn.Module):
@@ -46,7 +57,7 @@ def build_networks(fx) -> tuple[QNetwork, QNetwork]:
     nets = []
     for net in ("online", "target"):
         params = {k.removeprefix(f"params/{net}/"): v for k, v in fx.items() if k.startswith(f"params/{net}/")}
-        nets.append(load_canonical(QNetwork(d, h, a, getattr(torch, fx.dtype)), params))
+        nets.append(load_params(QNetwork(d, h, a, getattr(torch, fx.dtype)), params))
     return nets[0], nets[1]
 
 
@@ -111,6 +122,21 @@ def soft_update(online: nn.Module, target: nn.Module, tau: float) -> nn.Module:
     return target
 
 
+@scenario_step("dqn_target")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One SGD train_step of the online net (run's target updates are one-off, not per step); returns the TD loss."""
+    online, target = build_networks(fx)
+    optimizer = torch.optim.SGD(online.parameters(), lr=fx.scalar("lr"))
+    batch = {k: tensor(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    gamma = tensor(fx, "gamma")
+
+    def step() -> torch.Tensor:
+        loss, _, _ = train_step(online, target, optimizer, batch, gamma, variant)
+        return loss.detach()
+
+    return step
+
+
 @scenario_run("dqn_target")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; td_errors, td_targets [B]; grads/{online,target}/<param>; params/{online,target_soft,target_hard}/<param>."""
@@ -120,10 +146,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     loss, td, y = train_step(online, target, optimizer, batch, tensor(fx, "gamma"), variant)
     out = {"loss": numpy(loss), "td_errors": numpy(td), "td_targets": numpy(y)}
     for net, module in (("online", online), ("target", target)):
-        out.update({f"grads/{net}/{k}": g for k, g in canonical_grads(module).items()})  # .grad None -> 0 (P11)
+        out.update({f"grads/{net}/{k}": g for k, g in grads_of(module).items()})  # .grad None -> 0 (P11)
     hard = copy.deepcopy(target)
     hard.load_state_dict(online.state_dict())  # hard copy
     soft = soft_update(online, copy.deepcopy(target), fx.scalar("tau"))
     for name, module in (("online", online), ("target_soft", soft), ("target_hard", hard)):
-        out.update({f"params/{name}/{k}": v for k, v in canonical_params(module).items()})
+        out.update({f"params/{name}/{k}": v for k, v in params_of(module).items()})
     return out

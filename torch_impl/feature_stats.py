@@ -13,15 +13,17 @@ Reference: PyTorch docs, torch.std (correction argument, default 1).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params
 
-__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "run"]
+__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "make_step", "run"]
 
 DDOF = {"ported": 1, "population": 0, "detach_features": 1}
 
@@ -47,7 +49,7 @@ def build_model(fx) -> Regressor:
     """A Regressor loaded with the fixture's canonical parameters."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
-    return load_canonical(Regressor(d, h, o, getattr(torch, fx.dtype)), params)
+    return load_params(Regressor(d, h, o, getattr(torch, fx.dtype)), params)
 
 
 def feature_stats(features: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +82,20 @@ def train_step(model: Regressor, x: torch.Tensor, y: torch.Tensor, variant: str,
     stats = feature_stats(features, variant) if monitor else None
     loss = mse(pred, y)
     loss.backward()
-    return loss, canonical_grads(model), stats
+    return loss, grads_of(model), stats
+
+
+@scenario_step("feature_stats")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One monitored train_step: gradients and the stopped feature statistics (no update); returns the loss."""
+    model = build_model(fx)
+    x, y = tensor(fx, "x"), tensor(fx, "y")
+
+    def step() -> torch.Tensor:
+        loss, _, _ = train_step(model, x, y, variant)
+        return loss.detach()
+
+    return step
 
 
 @scenario_run("feature_stats")

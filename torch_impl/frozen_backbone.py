@@ -12,16 +12,18 @@ Reference: Yosinski et al. 2014, arXiv:1411.1792; Loshchilov & Hutter 2019, arXi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_rank, check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, canonical_params, load_canonical
+from shared.core.checks import check_rank, check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params, params_of
 
-__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "run"]
+__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "make_step", "run"]
 
 STOPPED = ("detach_features", "naive_stop_gradient")
 
@@ -58,7 +60,7 @@ def build_model(fx) -> Classifier:
     """A Classifier loaded with the fixture's canonical parameters."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
-    return load_canonical(Classifier(d, h, c, getattr(torch, fx.dtype)), params)
+    return load_params(Classifier(d, h, c, getattr(torch, fx.dtype)), params)
 
 
 def make_optimizer(model: Classifier, fx, variant: str) -> torch.optim.AdamW:
@@ -103,6 +105,19 @@ def train_step(
     return loss
 
 
+@scenario_step("frozen_backbone")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One AdamW train_step of the classifier; returns the cross-entropy before the update."""
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+    x, labels = tensor(fx, "x"), tensor(fx, "labels")
+
+    def step() -> torch.Tensor:
+        return train_step(model, optimizer, x, labels, variant).detach()
+
+    return step
+
+
 @scenario_run("frozen_backbone")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/<param> of step 1; params/<param> after `steps`; moved/<param> = after - before."""
@@ -110,12 +125,12 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     optimizer = make_optimizer(model, fx, variant)
 
     x, labels = tensor(fx, "x"), tensor(fx, "labels")
-    before = canonical_params(model)
+    before = params_of(model)
     for step in range(int(fx["steps"])):
         loss = train_step(model, optimizer, x, labels, variant)
         if step == 0:
-            loss0, grads0 = numpy(loss), canonical_grads(model)
-    after = canonical_params(model)
+            loss0, grads0 = numpy(loss), grads_of(model)
+    after = params_of(model)
     out = {"loss": loss0}
     out.update({f"grads/{k}": g for k, g in grads0.items()})
     out.update({f"params/{k}": v for k, v in after.items()})

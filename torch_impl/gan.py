@@ -13,14 +13,16 @@ Reference: Goodfellow et al. 2014, arXiv:1406.2661.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, canonical_params, load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params, params_of
 
 __all__ = [
     "MLP",
@@ -61,7 +63,7 @@ def build_model(fx) -> GAN:
     """A GAN loaded with the fixture's canonical parameters."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     dims = fx.dims
-    return load_canonical(GAN(dims["Z"], dims["X"], dims["H"], dims["O"], getattr(torch, fx.dtype)), params)
+    return load_params(GAN(dims["Z"], dims["X"], dims["H"], dims["O"], getattr(torch, fx.dtype)), params)
 
 
 def make_optimizers(model: GAN, fx) -> tuple[torch.optim.Adam, torch.optim.Adam]:
@@ -102,7 +104,7 @@ def discriminator_step(model: GAN, d_opt: torch.optim.Adam, real: torch.Tensor, 
     model.zero_grad(set_to_none=True)  # fresh gradients, as jax.grad returns
     loss = discriminator_loss(model.gen, model.disc, real, z, variant)
     loss.backward()
-    grads = canonical_grads(model)
+    grads = grads_of(model)
     d_opt.step()
     return loss, grads
 
@@ -112,9 +114,24 @@ def generator_step(model: GAN, g_opt: torch.optim.Adam, z: torch.Tensor):
     model.zero_grad(set_to_none=True)  # without this, a leaked D-step gradient would join G's update
     loss = generator_loss(model.gen, model.disc, z)
     loss.backward()
-    grads = canonical_grads(model)
+    grads = grads_of(model)
     g_opt.step()
     return loss, grads
+
+
+@scenario_step("gan")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One discriminator_step then one generator_step (Adam each); returns L_D + L_G, each before its update."""
+    model = build_model(fx)
+    d_opt, g_opt = make_optimizers(model, fx)
+    real, z = tensor(fx, "real"), tensor(fx, "z")
+
+    def step() -> torch.Tensor:
+        d_loss, _ = discriminator_step(model, d_opt, real, z, variant)
+        g_loss, _ = generator_step(model, g_opt, z)
+        return (d_loss + g_loss).detach()
+
+    return step
 
 
 @scenario_run("gan")
@@ -124,11 +141,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx)
     d_opt, g_opt = make_optimizers(model, fx)
     real, z = tensor(fx, "real"), tensor(fx, "z")
-    start = canonical_params(model)
+    start = params_of(model)
     d_loss, d_grads = discriminator_step(model, d_opt, real, z, variant)
-    mid = canonical_params(model)
+    mid = params_of(model)
     g_loss, g_grads = generator_step(model, g_opt, z)
-    end = canonical_params(model)
+    end = params_of(model)
     return {**_outputs("d_step", d_loss, d_grads, start, mid), **_outputs("g_step", g_loss, g_grads, mid, end)}
 
 

@@ -13,16 +13,17 @@ Reference: Pascanu et al. 2013, arXiv:1211.5063.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from shared.scenarios.grad_clipping import LEAVES, REGIMES, applied_coefs
-from torch_impl._common import numpy, scenario_run, tensor
-from torch_impl._layout import canonical_params, load_canonical
+from shared.core.checks import check_same_shape
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import load_params, params_of
 
-__all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "run"]
+__all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "make_step", "run"]
 
 
 class Recurrent(nn.Module):
@@ -46,7 +47,7 @@ def build_model(fx) -> Recurrent:
     """A Recurrent model loaded with the fixture's canonical parameters."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     i, h, o = fx.dims["I"], fx.dims["H"], fx.dims["O"]
-    return load_canonical(Recurrent(i, h, o, getattr(torch, fx.dtype)), params)
+    return load_params(Recurrent(i, h, o, getattr(torch, fx.dtype)), params)
 
 
 def masked_loss(y: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, weight: float) -> torch.Tensor:
@@ -84,24 +85,50 @@ def train_step(model: Recurrent, optimizer, h, xs, targets, mask, max_norm: floa
     return torch.stack([loss, norm, clipped]), h
 
 
+@scenario_step("grad_clipping")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One window's train_step (clip, SGD) in regime "above"; calls walk the windows, carrying h; returns its loss."""
+    model = build_model(fx)
+    optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
+    r, k = (
+        fx.spec.constants["regimes"].index("above"),
+        int(fx["window"]),
+    )  # "above": the gradient norm exceeds max_norm, clipping acts
+    max_norm, weight = float(fx["max_norm"][r]), fx.scalar("loss_weight")
+    x, targets, masks = tensor(fx, "x"), tensor(fx, "targets"), tensor(fx, "mask")
+    windows = [(x[s : s + k], targets[s : s + k], masks[r, s : s + k]) for s in range(0, x.shape[0], k)]
+    h0 = tensor(fx, "h0")
+    h, i = h0, 0
+
+    def step() -> torch.Tensor:
+        nonlocal h, i
+        stats, h = train_step(model, optimizer, h, *windows[i], max_norm, weight)
+        i = (i + 1) % len(windows)
+        if i == 0:
+            h = h0  # the next pass over the sequence starts again from h0, as run's loop does
+        return stats[0].detach()
+
+    return step
+
+
 @scenario_run("grad_clipping")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs per regime: loss, norms, coefs, clipped_norms [S]; moved/<param> after S steps."""
     out = {}
     k = int(fx["window"])
     x, targets, masks = tensor(fx, "x"), tensor(fx, "targets"), tensor(fx, "mask")
-    for r, regime in enumerate(REGIMES):
+    for r, regime in enumerate(fx.spec.constants["regimes"]):
         model = build_model(fx)
         optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
         max_norm, weight = float(fx["max_norm"][r]), fx.scalar("loss_weight")
-        before, h, rows = canonical_params(model), tensor(fx, "h0"), []
+        before, h, rows = params_of(model), tensor(fx, "h0"), []
         for start in range(0, x.shape[0], k):
             w = slice(start, start + k)
             stats, h = train_step(model, optimizer, h, x[w], targets[w], masks[r, w], max_norm, weight)
             rows.append(numpy(stats))
         loss, norms, clipped = np.stack(rows).T
         out.update({f"{regime}/loss": loss, f"{regime}/norms": norms, f"{regime}/clipped_norms": clipped})
-        out[f"{regime}/coefs"] = applied_coefs(norms, clipped)
-        after = canonical_params(model)
-        out.update({f"{regime}/moved/{leaf}": after[leaf] - before[leaf] for leaf in LEAVES})
+        out[f"{regime}/coefs"] = np.divide(clipped, norms, out=np.ones_like(norms), where=norms > 0)  # 1 where g = 0
+        after = params_of(model)
+        out.update({f"{regime}/moved/{leaf}": after[leaf] - before[leaf] for leaf in before})
     return out

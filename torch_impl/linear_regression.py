@@ -9,13 +9,15 @@ Reference: A3 §1.2 (C03); PyTorch docs, autograd mechanics.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, grads_or_zeros, numpy, scenario_run, tensor
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
 
-__all__ = ["predict", "mse_loss", "run"]
+__all__ = ["predict", "mse_loss", "make_step", "run"]
 
 
 def predict(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, variant: str) -> torch.Tensor:
@@ -30,6 +32,20 @@ def mse_loss(y_hat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean((y_hat - y)²), scalar. Raises ValueError if y_hat and y differ in shape."""
     check_same_shape("mse_loss", y_hat=tuple(y_hat.shape), y=tuple(y.shape))
     return ((y_hat - y) ** 2).mean()
+
+
+@scenario_step("linear_regression")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """Gradients of the squared error for w, b and x (no update: run takes none); returns the loss."""
+    w, b, x = (tensor(fx, k, requires_grad=True) for k in ("w", "b", "x"))
+    y = tensor(fx, "y")
+
+    def step() -> torch.Tensor:
+        loss = mse_loss(predict(w, b, x, variant), y)
+        grads_or_zeros(loss, [w, b, x])
+        return loss.detach()
+
+    return step
 
 
 @scenario_run("linear_regression")

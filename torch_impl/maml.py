@@ -14,16 +14,18 @@ Reference: Finn et al. 2017, arXiv:1703.03400; Nichol et al. 2018, arXiv:1803.02
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, grads_or_zeros, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_named, load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import load_params, params_of
 
-__all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "run"]
+__all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
 
 
 class MLP(nn.Module):
@@ -42,7 +44,7 @@ def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's initial (meta) parameters θ."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
-    return load_canonical(MLP(d, h, o, getattr(torch, fx.dtype)), params)
+    return load_params(MLP(d, h, o, getattr(torch, fx.dtype)), params)
 
 
 def mse_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -94,6 +96,26 @@ def meta_loss(model: MLP, params: dict[str, torch.Tensor], tasks, alpha: float, 
     return losses.sum(), (losses, adapted)
 
 
+@scenario_step("maml")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One meta-gradient: d/dθ, d/d support_y, per-task query gradients (no outer update); returns the meta-loss."""
+    model = build_model(fx)
+    params = dict(model.named_parameters())
+    support_y = tensor(fx, "support_y", requires_grad=True)
+    tasks = (tensor(fx, "support_x"), support_y, tensor(fx, "query_x"), tensor(fx, "query_y"))
+    alpha, steps = fx.scalar("alpha"), int(fx["inner_steps"])
+
+    def step() -> torch.Tensor:
+        # run does this inline (no public step function): the same calls, without the numpy outputs
+        total, (losses, adapted) = meta_loss(model, params, tasks, alpha, steps, variant)
+        for t, params_t in enumerate(adapted):
+            torch.autograd.grad(losses[t], list(params_t.values()), retain_graph=True)
+        grads_or_zeros(total, [*params.values(), support_y])
+        return total.detach()
+
+    return step
+
+
 @scenario_run("maml")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: adapted/<param> [T, ...], query_loss [T], query_grads/<param> [T, ...] (∇L_q at θ'_t),
@@ -107,12 +129,12 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     for t, params_t in enumerate(adapted):
         # retain_graph: the meta-gradient below walks the same graph again
         g_t = torch.autograd.grad(losses[t], list(params_t.values()), retain_graph=True)
-        query_grads.append(canonical_named(model, dict(zip(params_t, g_t, strict=True))))
+        query_grads.append(params_of(model, dict(zip(params_t, g_t, strict=True))))
     *meta, g_support_y = grads_or_zeros(total, [*params.values(), support_y])
-    adapted = [canonical_named(model, p) for p in adapted]
+    adapted = [params_of(model, p) for p in adapted]
     out = {f"adapted/{k}": np.stack([p[k] for p in adapted]) for k in adapted[0]}
     out["query_loss"] = numpy(losses)
     out.update({f"query_grads/{k}": np.stack([g[k] for g in query_grads]) for k in query_grads[0]})
-    out.update({f"meta_grads/{k}": v for k, v in canonical_named(model, dict(zip(params, meta, strict=True))).items()})
+    out.update({f"meta_grads/{k}": v for k, v in params_of(model, dict(zip(params, meta, strict=True))).items()})
     out["data_grads/support_y"] = numpy(g_support_y)
     return out

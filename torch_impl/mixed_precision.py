@@ -13,13 +13,15 @@ Reference: PyTorch docs, "Automatic Mixed Precision" (torch.amp, CPU op list); M
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, canonical_params, load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params, params_of
 
 __all__ = [
     "Regressor",
@@ -50,7 +52,7 @@ def build_model(fx) -> Regressor:
     """A Regressor whose master weights are the fixture's canonical parameters (fixture dtype)."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
-    return load_canonical(Regressor(d, h, o, getattr(torch, fx.dtype)), params)
+    return load_params(Regressor(d, h, o, getattr(torch, fx.dtype)), params)
 
 
 def autocast(enabled: bool = True) -> torch.autocast:
@@ -123,7 +125,7 @@ def _full_grads(model: Regressor, x: torch.Tensor, y: torch.Tensor) -> dict[str,
     """Gradients of the unscaled loss with autocast off (the fixture dtype throughout)."""
     model.zero_grad(set_to_none=True)
     mse(model(x), y).backward()
-    return canonical_grads(model)
+    return grads_of(model)
 
 
 def train_step(model, optimizer, scaler, x, y, poison: float):
@@ -137,10 +139,24 @@ def train_step(model, optimizer, scaler, x, y, poison: float):
     loss = mse(pred, y) * poison
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)  # GRAD-FLOW: unscale the gradients before anything reads them
-    grads, before = canonical_grads(model), _adam_count(optimizer)
+    grads, before = grads_of(model), _adam_count(optimizer)
     scaler.step(optimizer)  # GRAD-FLOW: a non-finite gradient never reaches the parameters
     scaler.update()
     return loss, grads, _adam_count(optimizer) == before
+
+
+@scenario_step("mixed_precision")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One loss-scaled bf16 train_step (Adam, scale update), no injected overflow; returns the unscaled loss."""
+    x, y = tensor(fx, "x"), tensor(fx, "y")
+    model = build_model(fx)
+    optimizer, scaler = make_optimizer(model, fx, variant), make_scaler(fx, variant)
+
+    def step() -> torch.Tensor:
+        loss, _, _ = train_step(model, optimizer, scaler, x, y, 1.0)
+        return loss.detach()
+
+    return step
 
 
 @scenario_run("mixed_precision")
@@ -162,7 +178,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     out = {"loss": loss0}
     out.update({f"grads/{k}": g for k, g in grads0.items()})
     out.update({f"grads_full/{k}": g for k, g in grads_full.items()})
-    out.update({f"params/{k}": v for k, v in canonical_params(model).items()})
+    out.update({f"params/{k}": v for k, v in params_of(model).items()})
     out.update(scale=np.array(scales, dtype=np.int64), skipped=np.array(skipped))
     out["optimizer_steps"] = np.array(_adam_count(optimizer), dtype=np.int64)
     return out

@@ -12,16 +12,18 @@ Reference: Caruana 1997, "Multitask Learning", doi:10.1023/A:1007379606734.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_rank, check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, load_canonical
+from shared.core.checks import check_rank, check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params
 
-__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "run"]
+__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "make_step", "run"]
 
 
 class MultiTaskNet(nn.Module):
@@ -48,7 +50,7 @@ def build_model(fx) -> MultiTaskNet:
     """A MultiTaskNet loaded with the fixture's canonical parameters (dtype of the fixture)."""
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
-    return load_canonical(MultiTaskNet(d, h, c, getattr(torch, fx.dtype)), params)
+    return load_params(MultiTaskNet(d, h, c, getattr(torch, fx.dtype)), params)
 
 
 def task_losses(
@@ -76,7 +78,20 @@ def loss_and_grads(
     loss1, loss2 = task_losses(pred1, y1, logits2, labels)
     total = loss1 + loss2
     total.backward()
-    return total, (loss1, loss2), canonical_grads(model)
+    return total, (loss1, loss2), grads_of(model)
+
+
+@scenario_step("multitask")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One backward of loss1 + loss2 (loss_and_grads, no update: run takes none); returns the total."""
+    model = build_model(fx)
+    x, y1, labels = tensor(fx, "x"), tensor(fx, "y1"), tensor(fx, "labels")
+
+    def step() -> torch.Tensor:
+        total, _, _ = loss_and_grads(model, x, y1, labels, variant)
+        return total.detach()
+
+    return step
 
 
 @scenario_run("multitask")

@@ -12,16 +12,18 @@ Reference: PyTorch docs, "Autograd mechanics: locally disabling gradient computa
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_rank, check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import load_canonical
+from shared.core.checks import check_rank, check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import load_params
 
-__all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "run"]
+__all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "make_step", "run"]
 
 
 class Classifier(nn.Module):
@@ -43,7 +45,7 @@ def build_model(fx) -> Classifier:
     """
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
-    return load_canonical(Classifier(d, h, c, getattr(torch, fx.dtype)), params)
+    return load_params(Classifier(d, h, c, getattr(torch, fx.dtype)), params)
 
 
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -74,6 +76,19 @@ def validate(model: Classifier, x: torch.Tensor, labels: torch.Tensor, variant: 
 def grad_recorded(t: torch.Tensor) -> int:
     """1 if `t` carries an autograd record (requires_grad or a grad_fn), else 0."""
     return int(t.requires_grad or t.grad_fn is not None)
+
+
+@scenario_step("no_grad_inference")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """The validation pass (validate: forward and loss, no gradient); returns the validation loss."""
+    model = build_model(fx)
+    x, labels = tensor(fx, "x"), tensor(fx, "labels")
+
+    def step() -> torch.Tensor:
+        _, loss = validate(model, x, labels, variant)
+        return loss  # validate records no graph in any variant: nothing to detach
+
+    return step
 
 
 @scenario_run("no_grad_inference")

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import grads_of, load_params
 
 __all__ = ["make_layer_norm", "run"]
 
@@ -26,7 +26,7 @@ def make_layer_norm(fx, variant: str) -> nn.LayerNorm:
     """nn.LayerNorm(D) with its default eps = 1e-5, loaded with the fixture's scale and bias."""
     check_variant("p05_layernorm_eps", variant)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
-    return load_canonical(nn.LayerNorm(fx.dims["D"], dtype=getattr(torch, fx.dtype)), params)
+    return load_params(nn.LayerNorm(fx.dims["D"], dtype=getattr(torch, fx.dtype)), params)
 
 
 @scenario_run("p05_layernorm_eps")
@@ -38,5 +38,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     check_same_shape("weighted_sum", c=tuple(c.shape), y=tuple(y.shape))
     (c * y).sum().backward()  # GRAD-FLOW: through the row mean and 1 / sqrt(var + eps)
     out = {"y": numpy(y), "grads/x": numpy(x.grad)}
-    out.update({f"grads/{k}": g for k, g in canonical_grads(ln).items()})
+    out.update({f"grads/{k}": g for k, g in grads_of(ln).items()})
     return out

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import load_params
 
 __all__ = ["make_batch_norm", "run"]
 
@@ -28,7 +28,7 @@ def make_batch_norm(fx, variant: str) -> nn.BatchNorm1d:
     check_variant("p06_batchnorm_stats", variant)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     bn = nn.BatchNorm1d(fx.dims["F"], momentum=fx.scalar("momentum"), dtype=getattr(torch, fx.dtype))
-    load_canonical(bn, params)
+    load_params(bn, params)
     bn.running_mean.copy_(tensor(fx, "running_mean"))  # buffers: requires_grad False, nothing recorded
     bn.running_var.copy_(tensor(fx, "running_var"))
     return bn

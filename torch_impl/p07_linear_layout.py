@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import grads_of
 
 __all__ = ["load_linear", "mse", "run"]
 
@@ -46,5 +46,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     loss = mse(pred, tensor(fx, "y"))
     loss.backward()  # GRAD-FLOW: d loss / d (kernel, bias)
     out = {"loss": numpy(loss), "pred": numpy(pred)}
-    out.update({f"grads/{k}": g for k, g in canonical_grads(lin).items()})
+    out.update({f"grads/{k}": g for k, g in grads_of(lin).items()})
     return out

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, load_canonical
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._layout import grads_of, load_params
 
 __all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
 
@@ -47,7 +47,7 @@ def build_model(fx, variant: str) -> Recurrent:
     """
     check_variant("p09_lstm_layout", variant)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
-    return load_canonical(Recurrent(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
+    return load_params(Recurrent(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
 
 
 def lstm_loss(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
@@ -62,5 +62,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx, variant)
     h, c = model(tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "c0"), variant)
     lstm_loss(h, c).backward()  # GRAD-FLOW: both biases and kernels are trained through every step
-    grads = canonical_grads(model)
+    grads = grads_of(model)
     return {"h": numpy(h), "c": numpy(c), **{f"grads/{k}": g for k, g in grads.items()}}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.losses import check_same_shape
+from shared.core.checks import check_same_shape
 from torch_impl._common import numpy, scenario_run, tensor
 
 __all__ = ["make_optimizer", "mse_loss", "run"]

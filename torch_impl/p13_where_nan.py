@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from torch_impl._common import check_variant, numpy, scenario_run, tensor
+from shared.core.checks import check_variant
+from torch_impl._common import numpy, scenario_run, tensor
 
 __all__ = ["sqrt_where", "run"]
 

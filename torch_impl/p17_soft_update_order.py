@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from torch_impl._common import scenario_run
-from torch_impl._layout import canonical_params, load_canonical
+from torch_impl._layout import load_params, params_of
 
 __all__ = ["build_layer", "soft_update", "run"]
 
@@ -26,7 +26,7 @@ def build_layer(fx, net: str) -> nn.Linear:
     """nn.Linear(I, O) loaded with the fixture's `<net>/kernel` [I, O] and `<net>/bias` [O]."""
     params = {k.removeprefix(f"{net}/"): v for k, v in fx.items() if k.startswith(f"{net}/")}
     i, o = fx.dims["I"], fx.dims["O"]
-    return load_canonical(nn.Linear(i, o, dtype=getattr(torch, fx.dtype)), params)
+    return load_params(nn.Linear(i, o, dtype=getattr(torch, fx.dtype)), params)
 
 
 def soft_update(online: nn.Module, target: nn.Module, tau: float) -> None:
@@ -41,4 +41,4 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: target/kernel [I, O], target/bias [O] after one soft update (torch: both variants)."""
     online, target = build_layer(fx, "online"), build_layer(fx, "target")
     soft_update(online, target, fx.scalar("tau"))
-    return {f"target/{k}": v for k, v in canonical_params(target).items()}
+    return {f"target/{k}": v for k, v in params_of(target).items()}

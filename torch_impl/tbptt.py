@@ -14,16 +14,19 @@ Reference: Williams & Peng 1990, doi:10.1162/neco.1990.2.4.490; Cho et al. 2014,
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import nn
 
-from shared.losses import check_same_shape
-from shared.scenarios.tbptt import CELLS, check_windows, window
-from torch_impl._common import numpy, scenario_run, tensor
-from torch_impl._layout import canonical_grads, load_canonical
+from shared.core.checks import check_same_shape, check_truncation, truncation_length
+from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from torch_impl._layout import grads_of, load_params
 
-__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "run"]
+__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
+
+CELLS = ("elman", "gru")  # the cells this module implements (the record lists the same)
 
 
 class Recurrent(nn.Module):
@@ -47,7 +50,7 @@ def build_model(fx, cell: str) -> Recurrent:
     prefix = f"params/{cell}/"
     params = {k.removeprefix(prefix): v for k, v in fx.items() if k.startswith(prefix)}
     i, h, o = fx.dims["I"], fx.dims["H"], fx.dims["O"]
-    return load_canonical(Recurrent(cell, i, h, o, getattr(torch, fx.dtype)), params)
+    return load_params(Recurrent(cell, i, h, o, getattr(torch, fx.dtype)), params)
 
 
 def step_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -73,7 +76,7 @@ def unroll_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, k: int) -
     Raises ValueError unless k is an int in [1, T] dividing T (mirrors the JAX scan over equal windows).
     """
     t_steps = x.shape[0]
-    k = check_windows("unroll_windows", k, t_steps)
+    k = check_truncation("unroll_windows", k, t_steps)
     ys = []
     for start in range(0, t_steps, k):
         h = h.detach()  # GRAD-FLOW: a new window starts from a constant carry
@@ -93,7 +96,7 @@ def train_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, targets: t
     windows) and targets have T steps, or on a targets shape mismatch (step_loss).
     """
     t_steps = x.shape[0]
-    k = check_windows("train_windows", k, t_steps, targets.shape[0])
+    k = check_truncation("train_windows", k, t_steps, targets.shape[0])
     total = x.new_zeros(())
     for start in range(0, t_steps, k):
         h = h.detach()  # GRAD-FLOW: a new window starts from a constant carry
@@ -106,12 +109,36 @@ def train_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, targets: t
     return total
 
 
+@scenario_step("tbptt")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """Both cells, as run: per-window backward and d(last loss)/dx; returns the loss summed over steps and cells."""
+    t_steps = fx.dims["T"]
+    k = truncation_length(variant, t_steps)
+    cells = [(build_model(fx, cell), tensor(fx, "x", requires_grad=True)) for cell in CELLS]
+    targets, h0 = tensor(fx, "targets"), tensor(fx, "h0")
+
+    def step() -> torch.Tensor:
+        # run does this inline (no public step function): the same calls, the gradients left in .grad
+        total = torch.zeros((), dtype=targets.dtype)
+        for model, x in cells:
+            model.zero_grad(set_to_none=True)
+            x.grad = None
+            losses = [step_loss(y, targets[t]) for t, y in enumerate(unroll(model, x, h0, k))]
+            torch.autograd.grad(losses[-1], x, retain_graph=True)
+            for start in range(0, t_steps, k):  # one backward per window, as a TBPTT training loop does
+                torch.stack(losses[start : start + k]).sum().backward()
+            total = total + torch.stack(losses).sum().detach()
+        return total
+
+    return step
+
+
 @scenario_run("tbptt")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs per cell: loss [], grads/<param>, grads/x [T, B, I], grads_last/x/tNN [B, I] (last step's loss)."""
     out = {}
     t_steps = fx.dims["T"]
-    k = window(variant, t_steps)
+    k = truncation_length(variant, t_steps)
     for cell in CELLS:
         model = build_model(fx, cell)
         x, targets = tensor(fx, "x", requires_grad=True), tensor(fx, "targets")
@@ -120,7 +147,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         for start in range(0, t_steps, k):  # one backward per window, as a TBPTT training loop does
             torch.stack(losses[start : start + k]).sum().backward()
         out[f"{cell}/loss"] = numpy(torch.stack(losses).sum())
-        out.update({f"{cell}/grads/{key}": g for key, g in canonical_grads(model).items()})
+        out.update({f"{cell}/grads/{key}": g for key, g in grads_of(model).items()})
         out[f"{cell}/grads/x"] = numpy(x.grad)
         grad_last = numpy(grad_last)
         out.update({f"{cell}/grads_last/x/t{t:02d}": grad_last[t] for t in range(t_steps)})

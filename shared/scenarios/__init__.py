@@ -1,5 +1,6 @@
-"""Framework-neutral half of each scenario: fixture schema and builder, oracle, registry record.
+"""The scenario records: the framework-neutral half of each scenario.
 
-`shared/scenarios/<name>.py` defines `SPEC`, a `shared.registry.Scenario`; the
-registry lists the modules in teaching order.
+`shared/scenarios/<name>.py` defines `SPEC`, a `shared.core.records.Scenario` (fixture
+schema and builder, float64 oracle, lesson pattern, porting notes). The registry
+(shared/core/registry.py) finds every module here; a record imports only shared.core.
 """

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import fd_grad
-from shared.records import Porting, Scenario
+from shared.core.oracle import fd_grad
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 LAYERS = {"l1/kernel": ("D", "H"), "l1/bias": ("H",)}
 PARAMS = {
@@ -134,6 +134,8 @@ SPEC = Scenario(
     name="actor_critic",
     title="Advantage actor-critic: a stopped advantage, Gumbel-max action selection",
     family="scenarios",
+    order=6,
+    step_loss=lambda o, a: o["loss"],
     claims=("C17",),
     source="A2 §2",
     lesson=(

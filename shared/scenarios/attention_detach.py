@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import fd_grad
-from shared.records import Porting, Scenario
+from shared.core.oracle import fd_grad
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 PARAMS = {"q/kernel": ("E", "K"), "k/kernel": ("E", "K"), "v/kernel": ("E", "K")}
 
@@ -85,6 +85,8 @@ SPEC = Scenario(
     name="attention_detach",
     title="Attention with detached weights: Q and K stop learning",
     family="scenarios",
+    order=8,
+    step_loss=lambda o, a: o["loss"],
     claims=("C14",),
     source="A1 §7.1; P12",
     lesson=(

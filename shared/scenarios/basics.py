@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.records import Porting, Scenario
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 SCHEMA = {
     "x": Field(("N",), doc="input"),
@@ -37,6 +37,8 @@ SPEC = Scenario(
     name="basics",
     title="detach / stop_gradient: same value, no gradient",
     family="scenarios",
+    order=1,
+    step_loss=lambda o, a: (a["d"] * o["y"] + a["c"] * o["z"]).sum(),  # loss_total
     claims=("C01", "C02", "C04"),
     source="A1 §2.1–2.2, A2 intro, A3 §2.1",
     lesson=(

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.records import Porting, Scenario
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 SCHEMA = {
     "x": Field(("N",), doc="pre-activation"),
@@ -56,6 +56,8 @@ SPEC = Scenario(
     name="data_vs_detach",
     title="In-place writes after detach() and .data: an error, a silently wrong gradient, and JAX",
     family="scenarios",
+    order=15,
+    step_loss=lambda o, a: (a["c"] * o["out"]).sum(),
     claims=("C01", "C21"),
     source="A1 §2.1, A2 intro, A3 §3.2",
     lesson=(

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import fd_grad, sgd
-from shared.records import Porting, Scenario
+from shared.core.oracle import fd_grad, sgd
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 NETS = ("online", "target")
 LAYERS = {"l1/kernel": ("D", "H"), "l1/bias": ("H",), "l2/kernel": ("H", "A"), "l2/bias": ("A",)}
@@ -149,6 +149,9 @@ SPEC = Scenario(
     name="dqn_target",
     title="DQN targets: target network, semi-gradient, double DQN, residual gradient",
     family="scenarios",
+    order=5,
+    step_loss=lambda o, a: o["loss"],
+    step_updates=True,
     claims=("C08",),
     source="A1 §3.2",
     lesson=(

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.records import Porting, Scenario
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 PARAMS = {
     "encoder/kernel": ("D", "H"),
@@ -87,6 +87,8 @@ SPEC = Scenario(
     name="feature_stats",
     title="Monitoring feature statistics inside a training step: stopped, and the std convention",
     family="scenarios",
+    order=13,
+    step_loss=lambda o, a: o["loss"],
     claims=("C19", "C22"),
     source="A3 §2.2 scenario 2, A3 §3.1, P01",
     lesson=(

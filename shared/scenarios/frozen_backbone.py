@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import adamw, fd_grad
-from shared.records import Porting, Scenario
+from shared.core.oracle import adamw, fd_grad
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 PARAMS = {
     "backbone/l1/kernel": ("D", "H"),
@@ -111,6 +111,9 @@ SPEC = Scenario(
     name="frozen_backbone",
     title="Transfer learning: a frozen backbone under AdamW with weight decay",
     family="scenarios",
+    order=3,
+    step_loss=lambda o, a: o["loss"],
+    step_updates=True,
     claims=("C06", "C07", "C16"),
     source="A1 §3.1, A2 §1",
     lesson=(

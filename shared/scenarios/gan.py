@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import adamw, fd_grad
-from shared.records import Porting, Scenario
+from shared.core.oracle import adamw, fd_grad
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 PARAMS = {
     "gen/l1/kernel": ("Z", "H"),
@@ -111,6 +111,9 @@ SPEC = Scenario(
     name="gan",
     title="GAN: the generated batch stopped in the discriminator step",
     family="scenarios",
+    order=9,
+    step_loss=lambda o, a: o["d_step/loss"] + o["g_step/loss"],
+    step_updates=True,
     claims=(),
     source="Goodfellow et al. 2014, arXiv:1406.2661 §3; DCGAN training loop (Radford et al. 2015, arXiv:1511.06434)",
     lesson=(

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.records import Porting, Scenario
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 from shared.scenarios.tbptt import backward, forward
 
 REGIMES = ("above", "at", "below", "zero")
@@ -65,12 +65,6 @@ def train(a: dict[str, np.ndarray], regime: int, max_norm: float) -> dict[str, n
     out = {key: np.array(v) for key, v in rows.items()}
     out.update({f"moved/{leaf}": p[leaf] - a[f"params/{leaf}"] for leaf in LEAVES})
     return out
-
-
-def applied_coefs(norms: np.ndarray, clipped: np.ndarray) -> np.ndarray:
-    """The factor clipping applied per step, clipped norm / norm [S]; 1 where the gradient is all zero."""
-    nonzero = norms > 0
-    return np.where(nonzero, clipped / np.where(nonzero, norms, 1), 1).astype(norms.dtype)
 
 
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
@@ -122,6 +116,10 @@ SPEC = Scenario(
     name="grad_clipping",
     title="Global-norm clipping in a truncated-BPTT loop: clip_grad_norm_ vs optax.clip_by_global_norm",
     family="scenarios",
+    constants={"regimes": REGIMES},
+    order=11,
+    step_loss=lambda o, a: o["above/loss"][0],  # the first window, regime "above"
+    step_updates=True,
     claims=("C18",),
     source="A2 §3",
     lesson=(

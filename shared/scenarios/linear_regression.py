@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.records import Porting, Scenario
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 SCHEMA = {
     "x": Field(("B", "D"), doc="inputs"),
@@ -50,6 +50,8 @@ SPEC = Scenario(
     name="linear_regression",
     title="y = w·x + b: gradients by hand, and x stopped",
     family="scenarios",
+    order=2,
+    step_loss=lambda o, a: o["loss"],
     claims=("C03",),
     source="A3 §1.2",
     lesson=(

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import fd_grad
-from shared.records import Porting, Scenario
+from shared.core.oracle import fd_grad
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 PARAMS = {
     "l1/kernel": ("D", "H"),
@@ -129,6 +129,8 @@ SPEC = Scenario(
     name="maml",
     title="MAML: second-order meta-gradient vs first-order (FOMAML)",
     family="scenarios",
+    order=7,
+    step_loss=lambda o, a: o["query_loss"].sum(),  # summed over tasks
     claims=("C13",),
     source="A1 §6.2",
     lesson=(

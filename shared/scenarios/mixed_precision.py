@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import adamw
-from shared.parity import Tolerance
-from shared.records import Porting, Scenario
+from shared.core.oracle import adamw
+from shared.core.parity import Tolerance
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 PARAMS = {
     "encoder/kernel": ("D", "H"),
@@ -133,6 +133,9 @@ SPEC = Scenario(
     name="mixed_precision",
     title="bfloat16 autocast with float32 master weights and loss scaling: the overflow step is skipped",
     family="scenarios",
+    order=14,
+    step_loss=lambda o, a: o["loss"],
+    step_updates=True,
     claims=("C15",),
     source="A1 §7.2, P15",
     lesson=(

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import fd_grad
-from shared.records import Porting, Scenario
+from shared.core.oracle import fd_grad
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 PARAMS = {
     "trunk/kernel": ("D", "H"),
@@ -83,6 +83,8 @@ SPEC = Scenario(
     name="multitask",
     title="Multitask isolation: a head on a stopped trunk output",
     family="scenarios",
+    order=4,
+    step_loss=lambda o, a: o["loss"],
     claims=("C12",),
     source="A1 §6.1, A3 §2.2 scenario 3",
     lesson=(

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.records import Porting, Scenario
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 PARAMS = {"l1/kernel": ("D", "H"), "l1/bias": ("H",), "l2/kernel": ("H", "C"), "l2/bias": ("C",)}
 
@@ -53,6 +53,8 @@ SPEC = Scenario(
     name="no_grad_inference",
     title="Validation without a graph: torch.no_grad, torch.inference_mode, .detach() vs a plain JAX forward",
     family="scenarios",
+    order=12,
+    step_loss=lambda o, a: o["loss"],
     claims=("C09", "C20"),
     source="A1 §4.2, A3 §2.2, §3.1",
     lesson=(

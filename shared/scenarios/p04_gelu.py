@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.parity import Tolerance
-from shared.records import Porting, Scenario
+from shared.core.parity import Tolerance
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 SCHEMA = {"x": Field(("N",), doc="pre-activations")}
 

@@ -6,7 +6,7 @@ torch.autograd.grad(loss, [x, y]) raises for y; with allow_unused=True it
 returns None, and torch.optim.SGD skips a parameter whose .grad is None: y keeps
 its value. jax.grad returns zeros for y, and optax's decay moves it. The package
 maps None to zeros only explicitly (torch_impl._common.grads_or_zeros,
-jax_impl._common.fill_zero_grads). The naive JAX port hands the zero gradient to
+jax_impl._common.grads_of). The naive JAX port hands the zero gradient to
 the optimizer: y shrinks by lr * wd * y, where torch leaves it alone. It diverges.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.records import Porting, Scenario
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 SCHEMA = {
     "x": Field(("N",), doc="parameter the loss uses"),

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.oracle import adamw
-from shared.records import Porting, Scenario
+from shared.core.oracle import adamw
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 SCHEMA = {
     "x": Field(("B", "D"), doc="inputs"),

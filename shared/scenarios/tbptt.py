@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.records import Porting, Scenario
+from shared.core.checks import truncation_length
+from shared.core.records import Porting, Scenario
+from shared.core.schema import Field
 
 CELLS = ("elman", "gru")
 LEAVES = ("cell/ih/kernel", "cell/ih/bias", "cell/hh/kernel", "cell/hh/bias", "readout/kernel", "readout/bias")
@@ -36,33 +37,6 @@ SCHEMA = {
     "h0": Field(("B", "H"), doc="initial hidden state (a constant)"),
     **{f"params/{k}": Field(shape, doc="initial parameter, canonical layout") for k, shape in PARAMS.items()},
 }
-
-
-def check_windows(name: str, k: object, t_steps: int, target_steps: int | None = None, divides: bool = True) -> int:
-    """A truncation length k for `name`, checked: an int in [1, T], dividing T when `divides`.
-
-    target_steps: the targets' T, which must equal x's T. Returns k.
-    Raises ValueError naming k (or targets), the expected and the actual value.
-    """
-    if isinstance(k, bool) or not isinstance(k, int | np.integer) or not 1 <= k <= t_steps:
-        raise ValueError(f"{name}: k expected an integer in [1, T = {t_steps}], got {k!r}")
-    if target_steps is not None and target_steps != t_steps:
-        raise ValueError(f"{name}: targets expected T = {t_steps} steps, as x, got {target_steps}")
-    if divides and t_steps % k:
-        raise ValueError(f"{name}: k expected to divide T = {t_steps}, got k = {k}")
-    return int(k)
-
-
-def window(variant: str, t_steps: int) -> int:
-    """The truncation length k of a variant: "k=1" -> 1, "k=10" -> 10, "k=T" -> T.
-
-    Raises ValueError if k > T: a window longer than the sequence would silently be full BPTT.
-    """
-    k = variant.removeprefix("k=")
-    k = t_steps if k == "T" else int(k)
-    if k > t_steps:
-        raise ValueError(f"tbptt: variant {variant!r} expected T >= {k} steps (field 'x'), got T={t_steps}")
-    return k
 
 
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
@@ -152,7 +126,7 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     a = fx.float64()
     x, targets, h0 = a["x"], a["targets"], a["h0"]
     t_steps, n = x.shape[0], targets[0].size
-    k = window(variant, t_steps)
+    k = truncation_length(variant, t_steps)
     out = {}
     for cell in CELLS:
         p = {leaf: a[f"params/{cell}/{leaf}"] for leaf in LEAVES}
@@ -180,6 +154,8 @@ SPEC = Scenario(
     name="tbptt",
     title="Truncated BPTT: stop the hidden state every k steps (Elman tanh and GRU)",
     family="scenarios",
+    order=10,
+    step_loss=lambda o, a: o["elman/loss"] + o["gru/loss"],
     claims=("C10", "C11"),
     source="A1 §5.1–5.2",
     lesson=(

@@ -10,7 +10,7 @@ Measures, side by side in one run (measurements, never test assertions):
    torch's grad modes for one forward (C09, C17);
 3. truncated BPTT peak memory and step time as T grows, for a fixed k and for k = T, with a
    backward per window (`windows`) and with one backward of the summed loss (`one_backward`).
-The measuring runs in a fresh interpreter (`python -m shared.bench --worker`): its CPU affinity
+The measuring runs in a fresh interpreter (`python -m shared.apps.bench --worker`): its CPU affinity
 and torch's thread count are set to --threads before torch or JAX start, so both frameworks get
 the same cores. With a CUDA device visible to both, the worker runs there (float32 matmuls
 without TF32); otherwise it says so and runs on the CPU.
@@ -37,7 +37,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from shared.cliargs import json_path, positive_int
+from shared.apps.common import UsageError, json_path, positive_int, versions
+from shared.core import registry
+from shared.core.runner import impl
 
 __all__ = [
     "SIZES",
@@ -96,10 +98,8 @@ def available_cpus() -> list[int]:
 
 
 def scenario_names() -> tuple[str, ...]:
-    """The scenarios with a training step: the registry's family "scenarios", in teaching order."""
-    from shared import registry
-
-    return tuple(n for n in registry.names() if registry.get(n).family == "scenarios")
+    """The scenarios whose pair has a training step (`make_step`), in teaching order."""
+    return tuple(n for n, spec in registry.SCENARIOS.items() if spec.has_step)
 
 
 NOISY = 0.25  # a step whose interquartile range exceeds this fraction of its median is flagged noisy
@@ -260,7 +260,7 @@ def _fixture(name: str, dims: Mapping[str, int], seed: int = 0):
     """A float32 fixture of frozen_backbone or tbptt at bench size, validated like any other."""
     import numpy as np
 
-    from shared.fixtures import from_arrays
+    from shared.core.fixtures import from_arrays
 
     rng = np.random.Generator(np.random.PCG64(seed))
     f32 = np.float32
@@ -314,12 +314,11 @@ def _cpu_model() -> str:
 
 
 def _scenarios_section(names, repeats, target_s, progress) -> tuple[dict, dict]:
-    from jax_impl import bench as jax_bench
-    from jax_impl import steps as jax_steps
-    from shared import registry
-    from shared.fixtures import make
-    from torch_impl import bench as torch_bench
-    from torch_impl import steps as torch_steps
+    jax_bench = impl("jax", "bench")
+    from shared.core import registry
+    from shared.core.fixtures import make
+
+    torch_bench = impl("torch", "bench")
 
     progress("per-call overhead")
     fx = make("frozen_backbone", "float32", seed=0)
@@ -332,7 +331,7 @@ def _scenarios_section(names, repeats, target_s, progress) -> tuple[dict, dict]:
         progress(f"scenario {name}")
         fx = make(name, "float32", seed=0, case=spec.cases[0])
         timed = interleaved(
-            {"torch": torch_steps.scenario_step(name, fx), "jax": jax_steps.scenario_step(name, fx)}, repeats, target_s
+            {fw: impl(fw, name).make_step(fx, spec.variants[0]) for fw in ("torch", "jax")}, repeats, target_s
         )
         out[name] = {
             "variant": spec.variants[0],
@@ -346,8 +345,8 @@ def _scenarios_section(names, repeats, target_s, progress) -> tuple[dict, dict]:
 
 
 def _freezing_section(dims, repeats, target_s, progress) -> dict:
-    from jax_impl import bench as jax_bench
-    from torch_impl import bench as torch_bench
+    jax_bench = impl("jax", "bench")
+    torch_bench = impl("torch", "bench")
 
     progress("frozen_backbone at bench size")
     fx = _fixture("frozen_backbone", dims)
@@ -394,8 +393,8 @@ def _freezing_section(dims, repeats, target_s, progress) -> dict:
 
 
 def _tbptt_section(cfg, repeats, target_s, progress) -> dict:
-    from jax_impl import bench as jax_bench
-    from torch_impl import bench as torch_bench
+    jax_bench = impl("jax", "bench")
+    torch_bench = impl("torch", "bench")
 
     k_fixed, rows = cfg["k"], []
     dims = {key: cfg[key] for key in ("B", "I", "H", "O")}
@@ -450,18 +449,9 @@ def _worker(config: dict, out_path: str) -> None:
     cpus = _pin(config["threads"])
     err = Console(stderr=True)
     progress = (lambda text: None) if config["quiet"] else (lambda text: err.print(f"[dim]bench: {text}[/dim]"))
-    import jax
-    import torch
-
-    torch.set_num_threads(config["threads"])
-    torch.backends.cuda.matmul.allow_tf32 = False  # same float32 matmuls as JAX's "highest" precision
-    torch.backends.cudnn.allow_tf32 = False
-    if torch.cuda.is_available():
-        torch.set_default_device("cuda")  # every tensor a scenario creates lands on the GPU
-    from jax_impl import bench as jax_bench
-    from torch_impl import bench as torch_bench
-
-    devices = {"torch": torch_bench.device(), "jax": jax_bench.device()}
+    jax_bench = impl("jax", "bench")
+    torch_bench = impl("torch", "bench")
+    devices = {"torch": torch_bench.configure(config["threads"]), "jax": jax_bench.configure(config["threads"])}
     if devices["torch"]["cuda"] != devices["jax"]["cuda"]:
         note = "torch and JAX run on different devices here: the JAX/torch ratios compare devices, not frameworks"
     elif devices["torch"]["cuda"]:
@@ -479,7 +469,7 @@ def _worker(config: dict, out_path: str) -> None:
             "threads": config["threads"],
             "devices": devices,
             "note": note,
-            "jax_backend": jax.default_backend(),
+            "jax_backend": devices["jax"]["backend"],
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
         },
         "settings": {
@@ -548,8 +538,8 @@ def run(
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bench.json"
-            cmd = [sys.executable, "-m", "shared.bench", "--worker", json.dumps(config), str(out)]
-            proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parent.parent)
+            cmd = [sys.executable, "-m", "shared.apps.bench", "--worker", json.dumps(config), str(out)]
+            proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[3])
             try:
                 code = proc.wait()
             finally:
@@ -712,8 +702,6 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     Returns 0; 1 if the measuring process failed or the JSON could not be written (a previous
     file there is left as it was); bad arguments raise UsageError (exit 2).
     """
-    from shared.cli import UsageError, _versions  # imported here: cli imports this module lazily
-
     err = Console(stderr=True)
     start = time.perf_counter()
     try:
@@ -724,7 +712,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
         kept = f"; {args.json} was left as it was" if args.json and Path(args.json).exists() else ""
         err.print(f"detach-parity bench: error: {exc}{kept}", markup=False, highlight=False)
         return 1
-    payload = {"versions": _versions(), **payload, "seconds": round(time.perf_counter() - start, 3)}
+    payload = {"versions": versions(), **payload, "seconds": round(time.perf_counter() - start, 3)}
     if args.json:  # before the tables: a closed stdout must not lose the measurements
         try:
             _write_json(Path(args.json), payload)
@@ -766,9 +754,3 @@ def add_parser(sub) -> None:
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the measurements as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=cmd_bench)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "--worker":
-        sys.exit("usage: python -m shared.bench --worker CONFIG_JSON OUT_PATH (internal: run `detach-parity bench`)")
-    _worker(json.loads(sys.argv[2]), sys.argv[3])

@@ -14,25 +14,66 @@ from __future__ import annotations
 
 import fnmatch
 import importlib
+import importlib.util
 import time
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
-from shared import fixtures, oracle
-from shared.parity import Comparison, check_pattern, compare, tolerance_for
-from shared.registry import Scenario, get
+from shared.core import fixtures, registry
+from shared.core.parity import Comparison, check_pattern, compare, tolerance_for
+from shared.core.records import Scenario
 
-__all__ = ["CaseResult", "run_case", "iter_cases", "impl"]
+__all__ = ["FRAMEWORKS", "CaseResult", "impl", "source_path", "oracle_outputs", "run_case", "iter_cases"]
+
+FRAMEWORKS = ("torch", "jax")
 
 
-def impl(framework: str, scenario: str):
-    """The module `torch_impl.<scenario>` or `jax_impl.<scenario>`."""
-    if framework not in ("torch", "jax"):
-        raise ValueError(f"framework expected 'torch' or 'jax', got {framework!r}")
-    return importlib.import_module(f"{framework}_impl.{scenario}")
+def _module_name(framework: str, module: str) -> str:
+    if framework not in FRAMEWORKS:
+        raise ValueError(f"framework expected one of {list(FRAMEWORKS)}, got {framework!r}")
+    if not isinstance(module, str) or not module.isidentifier():
+        raise ValueError(f"module expected a Python module name, got {module!r}")
+    return f"{framework}_impl.{module}"
+
+
+def impl(framework: str, module: str):
+    """The module `torch_impl.<module>` or `jax_impl.<module>`: the one loader of the implementations.
+
+    Applications (CLI, bench, claims, site, port checker) reach an implementation only
+    through here; nothing in shared/ imports torch_impl or jax_impl by name.
+    Raises ValueError for an unknown framework or a malformed module name.
+    """
+    return importlib.import_module(_module_name(framework, module))
+
+
+def source_path(framework: str, module: str) -> Path:
+    """The file of `torch_impl/<module>.py` or `jax_impl/<module>.py`, located without importing it.
+
+    Raises ValueError for an unknown framework or module.
+    """
+    found = importlib.util.find_spec(_module_name(framework, module))
+    if found is None or found.origin is None:
+        raise ValueError(f"{framework}_impl.{module}: module not found")
+    return Path(found.origin)
+
+
+def oracle_outputs(spec: Scenario, fx, variant: str) -> dict[str, np.ndarray]:
+    """The float64 oracle's outputs of a scenario variant on a fixture.
+
+    Raises ValueError for an unknown variant or an oracle that returned no output.
+    """
+    spec.check_variant(variant)
+    out = spec.oracle(fx, variant)
+    if not out:
+        raise ValueError(f"oracle {spec.name}[{variant}]: returned no outputs")
+    return {
+        k: np.asarray(v) if np.asarray(v).dtype.kind in "iub" else np.asarray(v, dtype=np.float64)
+        for k, v in out.items()
+    }
 
 
 @dataclass
@@ -169,17 +210,17 @@ def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case
 
     Exceptions raised by an implementation are caught and reported as verdict ERROR.
     """
-    spec = get(spec) if isinstance(spec, str) else spec
+    spec = registry.get(spec)
     spec.check_variant(variant)
     case = spec.cases[0] if case is None else case
     res = CaseResult(spec.name, variant, case, dtype, seed, diverges=tuple(spec.diverges.get(variant, ())))
     label = res.label
     start = time.perf_counter()
     try:
-        fx = fixtures.make(spec.name, dtype, seed=seed, case=case)
+        fx = fixtures.make(spec, dtype, seed=seed, case=case)
         out_t = impl("torch", spec.name).run(fx, variant)
         out_j = impl("jax", spec.name).run(fx, variant)
-        out_o = oracle.compute(spec.name, fx, variant)
+        out_o = oracle_outputs(spec, fx, variant)
     except Exception as exc:  # reported, never swallowed: the case fails
         res.error = f"{label} {dtype}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"
         res.seconds = time.perf_counter() - start
@@ -242,9 +283,10 @@ def iter_cases(
     Raises:
       ValueError: unknown scenario, or a variant that none of the selected scenarios has.
     """
-    from shared.registry import names
-
-    selected = [get(n) for n in (scenarios or names(family))]
+    if isinstance(scenarios, str):
+        raise ValueError(f"scenarios expected a list of names, got the string {scenarios!r}")
+    # a name given twice runs once
+    selected = [registry.get(n) for n in dict.fromkeys(scenarios or registry.names(family))]
     if family is not None:
         selected = [s for s in selected if s.family == family]
     if variant is not None and scenarios:  # named explicitly: each must have the variant, none is dropped

@@ -22,17 +22,16 @@ failures marked), 2 unknown scenario.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata as md
 import json
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared import registry
-from shared.cliargs import non_negative_int, out_dir
-from shared.fixtures import FLOAT_DTYPES
-from shared.records import Scenario
-from shared.show import FRAMEWORKS, Block, Row, aligned_rows, fmt_err, parity_rtol, run_cases
+from shared.core import registry
+from shared.apps.common import UsageError, non_negative_int, out_dir, versions
+from shared.core.schema import FLOAT_DTYPES
+from shared.core.records import Scenario
+from shared.apps.show import FRAMEWORKS, Block, Row, aligned_rows, fmt_err, parity_rtol, run_cases
 
 __all__ = [
     "Page",
@@ -75,7 +74,7 @@ def environment():
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     env = Environment(
-        loader=PackageLoader("shared", "templates"),
+        loader=PackageLoader("shared.apps.site", "templates"),
         autoescape=select_autoescape(["html"]),
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -155,19 +154,9 @@ def summarize(page: Page) -> dict:
 
 
 def _proof(name: str) -> list[str]:
-    from shared.docs import scenario_tests
+    from shared.apps.docs import scenario_tests
 
     return [f"tests/test_parity.py -k {name}", *scenario_tests(name)]
-
-
-def _versions() -> dict[str, str]:
-    out = {}
-    for dist in ("torch", "jax", "flax", "optax", "numpy"):
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = "missing"
-    return out
 
 
 def load_bench(path: Path | str) -> dict:
@@ -176,7 +165,7 @@ def load_bench(path: Path | str) -> dict:
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"bench file {str(path)!r}: expected a readable JSON file, got {exc}") from None
-    from shared.bench import check_payload
+    from shared.apps.bench import check_payload
 
     try:
         check_payload(payload)
@@ -190,8 +179,8 @@ def render_bench(env, payload: dict, root: Path, pages: Collection[str] = ()) ->
 
     pages: the scenario pages this site has; only those are linked.
     """
-    from shared.bench import noisy_timings
-    from shared.figures import bench_figures
+    from shared.apps.bench import noisy_timings
+    from shared.apps.site.figures import bench_figures
 
     order = [n for n in registry.names() if n in payload["scenarios"]]  # teaching order, as the terminal
     order += [n for n in payload["scenarios"] if n not in order]
@@ -216,7 +205,7 @@ def render_index(env, pages: Sequence[Page], seed: int = 0, has_bench: bool = Fa
         summaries=summaries,
         dtypes=dtypes,
         proofs={p.spec.name: _proof(p.spec.name) for p in pages},
-        versions=_versions(),
+        versions=versions(),
         seed=seed,
         has_bench=has_bench,
         passed=sum(s["passed"] for s in summaries.values()),
@@ -263,7 +252,7 @@ def build(
     """
     from pygments.formatters import HtmlFormatter
 
-    from shared.figures import figures_for
+    from shared.apps.site.figures import figures_for
 
     specs = [registry.get(n) for n in (scenarios or registry.names())]
     bench_payload = None if bench is None else load_bench(bench)  # checked before the long run
@@ -301,8 +290,6 @@ def build(
 
 
 def _cmd(args: argparse.Namespace, console) -> int:
-    from shared.cli import UsageError  # imported here: cli imports this module
-
     try:
         pages = build(args.out, args.scenarios, args.seed, echo=None if args.quiet else console.print, bench=args.bench)
     except ValueError as exc:

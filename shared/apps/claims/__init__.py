@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shared.core.runner import impl
+
 __all__ = [
     "ARTICLES",
     "VERDICTS",
@@ -580,8 +582,7 @@ class Outcome:
 
 def evaluate(claim: Claim) -> Outcome:
     """Run the torch and JAX checks of one claim and verify them (an exception = not reproduced)."""
-    from jax_impl import claims as jax_claims
-    from torch_impl import claims as torch_claims
+    torch_claims, jax_claims = impl("torch", "claims"), impl("jax", "claims")
 
     try:
         t = getattr(torch_claims, claim.check)()

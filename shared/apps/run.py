@@ -1,55 +1,36 @@
-"""`detach-parity` command line: run the parity suite, list scenarios.
+"""`detach-parity run` and `detach-parity list`: the parity suite and the registered scenarios.
 
     detach-parity run [SCENARIO ...] [--variant V] [--family F] [--dtype float32|float64|all]
                       [--seed N] [--json PATH]
     detach-parity list [--family F]
 
-Exit status: 0 every case passed, 1 any mismatch or error, 2 bad arguments (the
+Exit status of run: 0 every case passed, 1 any mismatch or error, 2 bad arguments (the
 message lists the valid names).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
-import platform
-import sys
 import time
-from collections.abc import Callable, Sequence
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shared import registry
-from shared.cliargs import json_path, non_negative_int
-from shared.fixtures import FLOAT_DTYPES
+from shared.apps.common import UsageError, json_path, non_negative_int, versions
+from shared.core import registry
+from shared.core.runner import iter_cases, run_case
+from shared.core.schema import FLOAT_DTYPES
 
-__all__ = ["main", "SUBCOMMANDS"]
-
-
-class UsageError(Exception):
-    """Bad command-line input: printed, exit status 2."""
+__all__ = ["results_table", "cmd_run", "cmd_list", "add_run", "add_list"]
 
 
 def _fmt(x: float | None) -> str:
     if x is None or x != x:
         return "-"
     return f"{x:.1e}" if x else "0"
-
-
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {"python": platform.python_version()}
-    for dist in ("torch", "jax", "flax", "optax", "numpy"):
-        try:
-            out[dist] = md.version(dist)
-        except md.PackageNotFoundError:
-            out[dist] = "missing"
-    return out
 
 
 def _cell(comp, attr: str) -> str:
@@ -101,8 +82,6 @@ def results_table(results) -> Table:
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from shared.runner import iter_cases, run_case
-
     dtypes = FLOAT_DTYPES if args.dtype == "all" else (args.dtype,)
     try:
         cases = list(iter_cases(args.scenarios or None, args.variant, dtypes, args.family))
@@ -143,7 +122,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     )
     if args.json:
         payload = {
-            "versions": _versions(),
+            "versions": versions(),
             "seed": args.seed,
             "ok": not failed,
             "results": [r.to_json() for r in results],
@@ -168,7 +147,7 @@ def cmd_list(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
-def _add_run(sub) -> None:
+def add_run(sub) -> None:
     p = sub.add_parser("run", help="run the parity suite: torch vs JAX vs oracle, lesson checks")
     p.add_argument("scenarios", nargs="*", metavar="SCENARIO", help=f"default all; one of {registry.names()}")
     p.add_argument("--variant", help="only this variant")
@@ -180,54 +159,7 @@ def _add_run(sub) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def _add_list(sub) -> None:
+def add_list(sub) -> None:
     p = sub.add_parser("list", help="list the registered scenarios")
     p.add_argument("--family", choices=registry.FAMILIES)
     p.set_defaults(func=cmd_list)
-
-
-def _lazy(module: str, func: str) -> Callable:
-    """A subparser adder imported only when the parser is built (keeps `import shared.cli` light)."""
-
-    def add(sub) -> None:
-        importlib.import_module(module).__dict__[func](sub)
-
-    return add
-
-
-# name -> function adding the subparser; one line per subcommand.
-SUBCOMMANDS: dict[str, Callable] = {
-    "run": _add_run,
-    "list": _add_list,
-    "docs": _lazy("shared.docs", "add_docs"),
-    "claims": _lazy("shared.claims_cli", "add_parser"),
-    "bench": _lazy("shared.bench", "add_parser"),
-    "selfcheck": _lazy("shared.selfcheck", "add_selfcheck"),
-    "show": _lazy("shared.show", "add_parser"),
-    "site": _lazy("shared.site", "add_parser"),
-}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="detach-parity", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in SUBCOMMANDS.values():
-        add(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    console = Console() if sys.stdout.isatty() else Console(width=200)  # logs and CI: no wrapping
-    args = build_parser().parse_args(argv)  # argparse exits 2 on bad syntax
-    try:
-        return args.func(args, console)
-    except UsageError as exc:
-        Console(stderr=True).print(f"detach-parity {args.command}: error: {exc}", markup=False, highlight=False)
-        return 2
-
-
-if __name__ == "__main__":
-    # through the package: subcommands raise shared.cli.UsageError, not __main__.UsageError
-    from shared.cli import main as _main
-
-    sys.exit(_main())

@@ -15,16 +15,14 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from shared import claims
-from shared.cliargs import json_path
+from shared.apps import claims
+from shared.apps.common import UsageError, json_path, versions
 
 __all__ = ["add_parser", "cmd_claims"]
 
 
 def cmd_claims(args: argparse.Namespace, console: Console) -> int:
     """Run the selected claim checks, print the table, write JSON on request; 0 / 1 / 2."""
-    from shared.cli import UsageError, _versions
-
     try:
         chosen = [claims.get(i) for i in args.ids] if args.ids else None
     except ValueError as exc:
@@ -54,7 +52,7 @@ def cmd_claims(args: argparse.Namespace, console: Console) -> int:
     console.print(f"{len(outcomes) - len(failed)}/{len(outcomes)} claims reproduced in {elapsed:.1f} s")
     if args.json:
         payload = {
-            "versions": _versions(),
+            "versions": versions(),
             "ok": not failed,
             "seconds": round(elapsed, 3),
             "claims": [o.to_json() for o in outcomes],

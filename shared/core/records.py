@@ -1,8 +1,8 @@
-"""The record types of the registry: `Scenario` and `Porting` (see shared/registry.py).
+"""The record types of the registry: `Scenario` and `Porting` (see shared/core/registry.py).
 
-Kept apart from registry.py so that a scenario module can import them without
-loading the whole registry.
-
+A scenario module (`shared/scenarios/<name>.py`) builds one `Scenario` as `SPEC`; the
+registry finds it there. Kept apart from the registry so that a record imports only
+the schema and the comparator's `Tolerance`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from shared.fixtures import Field
-from shared.parity import Tolerance
+from shared.core.parity import Tolerance
+from shared.core.schema import Field
 
 __all__ = ["Porting", "Scenario", "FAMILIES"]
 
@@ -57,6 +57,14 @@ class Scenario:
       dtypes: dtypes the scenario runs in.
       checks: cross-field fixture constraints the schema cannot state (e.g. "window
         divides T"): (arrays, dims) -> an error message naming the fields, or None.
+      order: teaching position within the family (lower first; ties by name).
+      step_loss: (oracle outputs, float64 fixture arrays) -> the loss of the first call of
+        the pair's `make_step` (the training step the bench times), or None when the
+        scenario has no step. A pair with a step exports `make_step` on both sides.
+      step_updates: the step writes parameters or a carry, so its second loss differs.
+      constants: framework-neutral constants both implementations read from the fixture's
+        record (`fx.spec.constants`), e.g. the names of the cells or regimes they loop over,
+        so that neither imports the record module.
     """
 
     name: str
@@ -78,6 +86,10 @@ class Scenario:
     nonfinite_ok: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ("float32", "float64")
     checks: tuple[Callable[[Mapping[str, np.ndarray], Mapping[str, int]], str | None], ...] = ()
+    order: int = 0
+    step_loss: Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], object] | None = None
+    step_updates: bool = False
+    constants: Mapping[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -102,6 +114,12 @@ class Scenario:
                     f"scenario {self.name!r}: diverges[{variant!r}] expected a non-empty tuple of key globs, got {globs!r}"
                 )
         object.__setattr__(self, "schema", MappingProxyType(dict(self.schema)))
+        object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
+
+    @property
+    def has_step(self) -> bool:
+        """Whether the pair exports `make_step` (the training step the bench times)."""
+        return self.step_loss is not None
 
     def check_variant(self, variant: str) -> str:
         """Return `variant` if registered, else raise ValueError listing the valid names."""

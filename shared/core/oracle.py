@@ -1,6 +1,6 @@
 """The float64 numpy oracle: is the answer right, not only equal in both frameworks?
 
-Each scenario's oracle (in `shared/scenarios/<name>.py`) computes the outputs of
+Each scenario's oracle (in `shared/scenarios/<name>.py`, run by `shared.core.runner`) computes the outputs of
 `run()` in float64 numpy, either in closed form or with `fd_grad`: central finite
 differences of the forward pass in which every stopped value is computed once at
 the base point and fed in as a constant. That is what stop-gradient means
@@ -18,26 +18,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-__all__ = ["compute", "fd_grad", "fd_jacobian", "adamw", "sgd"]
-
-
-def compute(scenario: str, fx, variant: str) -> dict[str, np.ndarray]:
-    """Oracle outputs (float64) of a scenario variant on a fixture.
-
-    Raises:
-      ValueError: unknown scenario or variant; an oracle that returned no output.
-    """
-    from shared.registry import get
-
-    spec = get(scenario)
-    spec.check_variant(variant)
-    out = spec.oracle(fx, variant)
-    if not out:
-        raise ValueError(f"oracle {scenario}[{variant}]: returned no outputs")
-    return {
-        k: np.asarray(v) if np.asarray(v).dtype.kind in "iub" else np.asarray(v, dtype=np.float64)
-        for k, v in out.items()
-    }
+__all__ = ["fd_grad", "fd_jacobian", "adamw", "sgd"]
 
 
 def _step(x: np.ndarray, h: float) -> np.ndarray:

@@ -11,21 +11,21 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from shared.fixtures import Fixture
+from shared.core.fixtures import Fixture
 
 __all__ = ["check_call", "finish"]
 
 
 def check_call(scenario: str, fx: object, variant: str) -> None:
-    """Raise ValueError unless `fx` is a Fixture of `scenario` and `variant` is registered."""
-    from shared.registry import get
+    """Raise ValueError unless `fx` is a Fixture of `scenario` and `variant` is registered.
 
-    spec = get(scenario)
+    The record comes with the fixture (`fx.spec`): no second lookup.
+    """
     if not isinstance(fx, Fixture):
-        raise ValueError(f"{scenario}.run: fx expected a shared.fixtures.Fixture, got {type(fx).__name__}")
+        raise ValueError(f"{scenario}.run: fx expected a shared.core.fixtures.Fixture, got {type(fx).__name__}")
     if fx.scenario != scenario:
         raise ValueError(f"{scenario}.run: fx expected a fixture of {scenario!r}, got one of {fx.scenario!r}")
-    spec.check_variant(variant)
+    fx.spec.check_variant(variant)
 
 
 def finish(scenario: str, variant: str, outputs: Mapping[str, object]) -> dict[str, np.ndarray]:

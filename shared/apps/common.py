@@ -1,12 +1,34 @@
-"""argparse types shared by the subcommands: bad values exit 2 with a message naming the option."""
+"""What the subcommands share: the usage error, versions, argparse types.
+
+A `UsageError` raised by a command is printed on stderr by shared.apps.cli and exits 2;
+argparse types reject bad values before any work starts, with a message naming the
+option, the expected and the actual value.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata as md
 import os
+import platform
 from pathlib import Path
 
-__all__ = ["non_negative_int", "positive_int", "json_path", "out_dir"]
+__all__ = ["UsageError", "versions", "non_negative_int", "positive_int", "json_path", "out_dir"]
+
+
+class UsageError(Exception):
+    """Bad command-line input: printed, exit status 2."""
+
+
+def versions() -> dict[str, str]:
+    """Python and the installed versions of torch, jax, flax, optax and numpy ("missing" if absent)."""
+    out = {"python": platform.python_version()}
+    for dist in ("torch", "jax", "flax", "optax", "numpy"):
+        try:
+            out[dist] = md.version(dist)
+        except md.PackageNotFoundError:
+            out[dist] = "missing"
+    return out
 
 
 def _int(text: str) -> int:

@@ -18,11 +18,9 @@ from __future__ import annotations
 import argparse
 import ast
 import difflib
-import importlib.util
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from rich.console import Console, Group
 from rich.panel import Panel
@@ -30,16 +28,17 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from shared import registry
-from shared.cliargs import non_negative_int
-from shared.records import Scenario
+from shared.apps.common import UsageError, non_negative_int
+from shared.core import registry
+from shared.core.parity import tolerance_for
+from shared.core.records import Scenario
+from shared.core.runner import FRAMEWORKS, iter_cases, run_case, source_path
 
 __all__ = [
     "FRAMEWORKS",
     "GRAD_FLOW",
     "Block",
     "Row",
-    "source_path",
     "split_blocks",
     "align",
     "run_cases",
@@ -49,7 +48,6 @@ __all__ = [
     "add_parser",
 ]
 
-FRAMEWORKS = ("torch", "jax")
 GRAD_FLOW = re.compile(r"#\s*GRAD-FLOW:")  # the tag tests/test_mirror.py counts
 HEADER = "module"  # block name of the docstring / imports / constants before the first definition
 
@@ -88,20 +86,6 @@ class Row:
 
     def side(self, framework: str) -> Block | None:
         return self.torch if framework == "torch" else self.jax
-
-
-def source_path(framework: str, scenario: str) -> Path:
-    """Path of `torch_impl/<scenario>.py` or `jax_impl/<scenario>.py` (located, not imported).
-
-    Raises:
-      ValueError: unknown framework, or no such module.
-    """
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework expected one of {FRAMEWORKS}, got {framework!r}")
-    spec = importlib.util.find_spec(f"{framework}_impl.{scenario}")
-    if spec is None or spec.origin is None:
-        raise ValueError(f"{framework}_impl.{scenario}: module not found")
-    return Path(spec.origin)
 
 
 def _first_line(node: ast.stmt, lines: list[str]) -> int:
@@ -176,15 +160,11 @@ def aligned_rows(scenario: str) -> list[Row]:
 
 def run_cases(spec: Scenario, variant: str | None = None, seed: int = 0) -> list:
     """CaseResults of every (variant, case, dtype) of a scenario, or of one variant."""
-    from shared.runner import iter_cases, run_case
-
     return [run_case(s, v, dt, seed=seed, case=case) for s, v, case, dt in iter_cases([spec.name], variant, None, None)]
 
 
 def parity_rtol(spec: Scenario, dtype: str) -> float | None:
     """The parity rtol of a scenario in a dtype, None where no tolerance is defined."""
-    from shared.parity import tolerance_for
-
     try:
         return tolerance_for(dtype, "parity", spec.tolerances).rtol
     except ValueError:
@@ -298,8 +278,6 @@ def render(console: Console, scenario: str, variant: str | None = None, seed: in
 
 
 def _cmd(args: argparse.Namespace, console: Console) -> int:
-    from shared.cli import UsageError  # imported here: cli imports this module
-
     try:
         return render(console, args.scenario, args.variant, args.seed)
     except ValueError as exc:

@@ -17,11 +17,11 @@ import importlib.util
 import re
 from pathlib import Path
 
-from shared import registry
+from shared.core import registry
 
 __all__ = ["SECTIONS", "render", "update", "scenario_tests"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _cell(text: str) -> str:
@@ -103,8 +103,8 @@ def excerpt_table() -> str:
 
     from rich.console import Console
 
-    from shared.cli import results_table
-    from shared.runner import iter_cases, run_case
+    from shared.apps.run import results_table
+    from shared.core.runner import iter_cases, run_case
 
     results = [
         run_case(spec, v, dt, case=case)
@@ -161,7 +161,7 @@ def cmd_docs(args: argparse.Namespace, console) -> int:
     return 0
 
 
-def add_docs(sub) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser("docs", help="regenerate the README sections made from the registry")
     p.add_argument("--check", action="store_true", help="exit 1 if README.md is stale, change nothing")
     p.add_argument("--excerpt", action="store_true", help="also rerun the cases of the report excerpt (~10 s)")

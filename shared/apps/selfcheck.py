@@ -29,11 +29,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from shared.cliargs import json_path, positive_int
+from shared.apps.common import UsageError, json_path, positive_int
+from shared.core.runner import FRAMEWORKS, impl
 
 __all__ = ["Site", "find_sites", "covering_tests", "selfcheck"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 IMPL_DIRS = ("torch_impl", "jax_impl")
 # test files that check the whole tree rather than a scenario's behaviour: a
 # mutant failing them (e.g. formatting) would be killed for the wrong reason
@@ -166,8 +167,8 @@ def covering_tests(module: str, root: Path = ROOT) -> list[str]:
     A registered scenario: its parity cases plus every test file that names it.
     A private helper (`_common`, `_layout`): the layout tests and one scenario's cases.
     """
-    from shared.docs import scenario_tests
-    from shared.registry import SCENARIOS
+    from shared.apps.docs import scenario_tests
+    from shared.core.registry import SCENARIOS
 
     if module.startswith("_"):
         return ["tests/test_layout.py", "tests/test_parity.py", "-k", "layout or frozen_backbone or basics"]
@@ -206,13 +207,13 @@ def _child(copy: Path, args: list[str]) -> None:
 
 
 def _preload() -> None:
-    """Import the heavy frameworks once in the parent, without starting any JAX backend."""
-    import flax.nnx  # noqa: F401
-    import jax  # noqa: F401
+    """Import the heavy frameworks once in the parent (through the implementations' shared
+    helpers, which import torch, JAX, Flax and optax), without starting any JAX backend."""
     import numpy  # noqa: F401
-    import optax  # noqa: F401
     import pytest  # noqa: F401
-    import torch  # noqa: F401
+
+    for framework in FRAMEWORKS:
+        impl(framework, "_common")
 
 
 @dataclass
@@ -290,8 +291,6 @@ def cmd_selfcheck(args: argparse.Namespace, console) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from shared.cli import UsageError  # imported here: cli imports this module
-
     sites = find_sites()
     if args.module:
         known = sorted({s.module for s in sites})
@@ -349,7 +348,7 @@ def cmd_selfcheck(args: argparse.Namespace, console) -> int:
     return 0 if killed == len(outcomes) else 1
 
 
-def add_selfcheck(sub) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser(
         "selfcheck", help="mutation self-check: every gradient-control site must be covered by a failing test"
     )

@@ -1,0 +1,10 @@
+"""`python -m shared.apps.bench --worker CONFIG_JSON OUT_PATH`: the bench's measuring process (internal)."""
+
+import json
+import sys
+
+from shared.apps.bench import _worker
+
+if len(sys.argv) != 4 or sys.argv[1] != "--worker":
+    sys.exit("usage: python -m shared.apps.bench --worker CONFIG_JSON OUT_PATH (internal: run `detach-parity bench`)")
+_worker(json.loads(sys.argv[2]), sys.argv[3])

@@ -1,0 +1,16 @@
+"""The framework-neutral core: what every other layer stands on.
+
+    schema     fixture fields and their validation
+    records    the Scenario / Porting record types
+    registry   finds the records in shared/scenarios/ (teaching order)
+    fixtures   make / from_arrays: validated, immutable numpy fixtures
+    parity     the strict comparator and the zero / non-zero lesson pattern
+    oracle     float64 helpers of the oracles (finite differences, SGD, AdamW)
+    checks     argument checks shared by both frameworks (shapes, variants)
+    contracts  the run(fx, variant) contract of both implementations
+    runner     the loader of the implementations and one case run end to end
+    toys       toy arrays of the tutorial-claim checks
+
+It imports neither torch nor JAX nor any application (an import-linter contract in
+`make test`); the runner and the registry load implementations and records by name.
+"""
