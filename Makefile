@@ -1,5 +1,5 @@
 # make report : create .venv if missing or stale, then run every scenario, both frameworks, vs the oracle
-# make test   : the same venv, then the pytest suite
+# make test   : the same venv, then the import-linter contracts (pyproject.toml) and the pytest suite
 # make selfcheck : mutation self-check (every gradient-control site removed must fail a test)
 # make site   : the static HTML reference in site/ (fresh run, figures, cheat sheet; bench plots if reports/bench.json exists)
 # make bench  : torch eager vs JAX jit step times, the cost of freezing, tbptt memory; table + reports/bench.json
@@ -19,6 +19,7 @@ report: $(STAMP)
 	$(VENV)/bin/detach-parity run
 
 test: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n 2 --dist loadgroup --durations=10
 
 selfcheck: $(STAMP)

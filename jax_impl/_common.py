@@ -13,7 +13,7 @@ from flax import nnx
 from shared.core.contracts import check_call, finish
 from shared.core.fixtures import Fixture, require
 
-__all__ = ["scenario_run", "scenario_step", "array", "numpy", "flat", "load_params", "params_of", "grads_of"]
+__all__ = ["scenario_run", "scenario_step", "array", "numpy", "flat", "params_of", "load_params", "grads_of"]
 
 
 def scenario_run(scenario: str) -> Callable:

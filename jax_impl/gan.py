@@ -35,6 +35,7 @@ __all__ = [
     "generator_loss",
     "discriminator_step",
     "generator_step",
+    "make_step",
     "run",
 ]
 

@@ -37,6 +37,7 @@ __all__ = [
     "make_scaler",
     "make_optimizer",
     "train_step",
+    "make_step",
     "run",
 ]
 

@@ -34,6 +34,7 @@ __all__ = [
     "generator_loss",
     "discriminator_step",
     "generator_step",
+    "make_step",
     "run",
 ]
 

@@ -32,6 +32,7 @@ __all__ = [
     "make_scaler",
     "make_optimizer",
     "train_step",
+    "make_step",
     "run",
 ]
 

@@ -18,7 +18,9 @@ from shared.core.schema import Field
 
 __all__ = ["Porting", "Scenario", "FAMILIES"]
 
-FAMILIES = ("scenarios", "pitfalls")
+# scenarios: the seed tutorials; pitfalls: naive vs ported pairs (P01-...); advanced: the stops of
+# modern training code; data_parallel: two processes per framework (torch.distributed, jax.distributed)
+FAMILIES = ("scenarios", "pitfalls", "advanced", "data_parallel")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Scenario:
     Attributes:
       name: module name in torch_impl/ and jax_impl/.
       title: one line.
-      family: "scenarios" or "pitfalls" (the CLI's --family).
+      family: one of FAMILIES (the CLI's --family).
       claims: ids of the tutorial claims it checks (e.g. ("C03",)), or () if none.
       source: article and section, e.g. "A3 §1.2", or the pitfall id "P07".
       lesson: what the scenario teaches, one or two sentences.
