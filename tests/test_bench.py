@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from shared.apps import bench, cli, site
+from shared.apps.common import write_json
 from shared.core import fixtures
 from shared.scenarios.frozen_backbone import PARAMS as FB_PARAMS
 from shared.scenarios.frozen_backbone import cross_entropy, forward
@@ -394,9 +395,9 @@ def test_json_is_written_atomically(tmp_path) -> None:
     path = tmp_path / "bench.json"
     path.write_text("old", encoding="utf-8")
     with pytest.raises(TypeError):
-        bench._write_json(path, {"not serialisable": object()})
+        write_json(path, {"not serialisable": object()})
     assert path.read_text(encoding="utf-8") == "old" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
-    bench._write_json(path, {"a": 1})
+    write_json(path, {"a": 1})
     assert json.loads(path.read_text(encoding="utf-8")) == {"a": 1}
     umask = os.umask(0)
     os.umask(umask)

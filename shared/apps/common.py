@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import json
 import os
 import platform
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["UsageError", "versions", "non_negative_int", "positive_int", "json_path", "out_dir"]
+__all__ = ["UsageError", "versions", "non_negative_int", "positive_int", "json_path", "out_dir", "write_json"]
 
 
 class UsageError(Exception):
@@ -78,3 +81,25 @@ def out_dir(text: str) -> str:
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"expected a folder, got the existing file {text!r}")
     return text
+
+
+def write_json(path: Path | str, payload: Mapping) -> None:
+    """Write `payload` as JSON atomically: a temporary file in the same folder, renamed over `path`
+    once complete, so a full disk, a file-size limit or an interrupt never leaves a truncated file
+    (a previous file there stays as it was). A symlink at `path` is replaced, never written through.
+
+    Raises OSError (the caller reports it: exit 2, never the code of a failed check).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the result should read like any file written here
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(payload, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

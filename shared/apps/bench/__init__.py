@@ -37,7 +37,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from shared.apps.common import UsageError, json_path, positive_int, versions
+from shared.apps.common import UsageError, json_path, positive_int, versions, write_json
 from shared.core import registry
 from shared.core.runner import impl
 
@@ -715,7 +715,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     payload = {"versions": versions(), **payload, "seconds": round(time.perf_counter() - start, 3)}
     if args.json:  # before the tables: a closed stdout must not lose the measurements
         try:
-            _write_json(Path(args.json), payload)
+            write_json(Path(args.json), payload)
         except OSError as exc:
             err.print(f"detach-parity bench: error: could not write {args.json}: {exc}", markup=False, highlight=False)
             return 1
@@ -724,22 +724,6 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         console.print(f"wrote {args.json}", markup=False, highlight=False)
     return 0
-
-
-def _write_json(path: Path, payload: Mapping) -> None:
-    """Write atomically: a temporary file in the same folder, renamed over `path` once complete."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; the result should read like any file written here
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def add_parser(sub) -> None:
