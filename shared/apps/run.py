@@ -62,7 +62,7 @@ def results_table(results) -> Table:
         tj, to = r.shown, r.torch_oracle
         jo = r.divergent_oracle if r.diverges else r.jax_oracle
         # the share of the tolerance used by the comparisons that must pass (<= 1)
-        must_pass = [c for c in (r.torch_jax, r.torch_oracle, r.jax_oracle) if c is not None]
+        must_pass = [c for c in (r.torch_jax, r.torch_oracle, r.jax_oracle, r.divergent_oracle) if c is not None]
         used = max((c.used for c in must_pass), default=None)
         style = "green" if r.ok else "red"
         table.add_row(

@@ -53,8 +53,13 @@ class Scenario:
       tolerances: dtype -> {"parity" | "oracle": Tolerance}, overriding the defaults,
         with the reason in `tolerance_note`.
       diverges: variant -> globs of the output keys on which JAX is meant to differ
-        from torch (a naive port): there JAX must differ from torch and the oracle,
-        everywhere else it must agree; torch must match the oracle on every key.
+        from torch (a naive port): there JAX must differ from torch and match
+        `naive_oracle`, everywhere else it must agree; torch must match the oracle on
+        every key.
+      naive_oracle: (fixture, variant) -> float64 outputs of what the JAX side of a
+        diverging variant computes on its declared keys: the right wrong answer (the
+        tanh gelu, the biased std, the swapped soft update ...), so that a naive port
+        that computes anything else fails. Required when `diverges` is not empty.
       nonfinite_ok: globs of output keys allowed to be NaN / inf (equal on both sides).
       dtypes: dtypes the scenario runs in.
       checks: cross-field fixture constraints the schema cannot state (e.g. "window
@@ -88,6 +93,7 @@ class Scenario:
     nonfinite_ok: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = ("float32", "float64")
     checks: tuple[Callable[[Mapping[str, np.ndarray], Mapping[str, int]], str | None], ...] = ()
+    naive_oracle: Callable[..., dict[str, np.ndarray]] | None = None
     order: int = 0
     step_loss: Callable[[Mapping[str, np.ndarray], Mapping[str, np.ndarray]], object] | None = None
     step_updates: bool = False
@@ -115,6 +121,11 @@ class Scenario:
                 raise ValueError(
                     f"scenario {self.name!r}: diverges[{variant!r}] expected a non-empty tuple of key globs, got {globs!r}"
                 )
+        if self.diverges and self.naive_oracle is None:
+            raise ValueError(
+                f"scenario {self.name!r}: naive_oracle expected for the diverging variants {sorted(self.diverges)} "
+                "(what the naive port computes on its declared keys), got None"
+            )
         object.__setattr__(self, "schema", MappingProxyType(dict(self.schema)))
         object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
 

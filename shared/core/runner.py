@@ -27,7 +27,16 @@ from shared.core import fixtures, registry
 from shared.core.parity import Comparison, check_pattern, compare, tolerance_for
 from shared.core.records import Scenario
 
-__all__ = ["FRAMEWORKS", "CaseResult", "impl", "source_path", "oracle_outputs", "run_case", "iter_cases"]
+__all__ = [
+    "FRAMEWORKS",
+    "CaseResult",
+    "impl",
+    "source_path",
+    "oracle_outputs",
+    "naive_outputs",
+    "run_case",
+    "iter_cases",
+]
 
 FRAMEWORKS = ("torch", "jax")
 
@@ -61,6 +70,26 @@ def source_path(framework: str, module: str) -> Path:
     return Path(found.origin)
 
 
+def _float64(out: dict) -> dict[str, np.ndarray]:
+    return {
+        k: np.asarray(v) if np.asarray(v).dtype.kind in "iub" else np.asarray(v, dtype=np.float64)
+        for k, v in out.items()
+    }
+
+
+def naive_outputs(spec: Scenario, fx, variant: str) -> dict[str, np.ndarray]:
+    """The record's `naive_oracle`: float64 outputs of what a diverging variant's JAX side computes.
+
+    Raises ValueError for a variant that does not diverge, or a naive oracle that returned nothing.
+    """
+    if variant not in spec.diverges:
+        raise ValueError(f"{spec.name}: variant expected one of the diverging {sorted(spec.diverges)}, got {variant!r}")
+    out = spec.naive_oracle(fx, variant)
+    if not out:
+        raise ValueError(f"naive oracle {spec.name}[{variant}]: returned no outputs")
+    return _float64(out)
+
+
 def oracle_outputs(spec: Scenario, fx, variant: str) -> dict[str, np.ndarray]:
     """The float64 oracle's outputs of a scenario variant on a fixture.
 
@@ -70,20 +99,20 @@ def oracle_outputs(spec: Scenario, fx, variant: str) -> dict[str, np.ndarray]:
     out = spec.oracle(fx, variant)
     if not out:
         raise ValueError(f"oracle {spec.name}[{variant}]: returned no outputs")
-    return {
-        k: np.asarray(v) if np.asarray(v).dtype.kind in "iub" else np.asarray(v, dtype=np.float64)
-        for k, v in out.items()
-    }
+    return _float64(out)
 
 
 @dataclass
 class CaseResult:
     """Everything one case produced and how it was judged.
 
-    For a variant declared in the scenario's `diverges` (a naive port), `divergent`
-    and `divergent_oracle` compare JAX on the declared keys only (they must fail:
-    the naive port is wrong there), while `torch_jax` and `jax_oracle` cover every
-    other key (they must pass: the naive port is right everywhere else).
+    For a variant declared in the scenario's `diverges` (a naive port), on the declared
+    keys only: `divergent` compares JAX with torch (it must fail: the naive port is wrong
+    there), `divergent_oracle` compares JAX with the record's `naive_oracle` (it must
+    pass: the naive port is the right wrong answer, not any wrong answer), and
+    `naive_gap` compares the naive oracle with the oracle (it must fail: the declared
+    difference is real in float64). `torch_jax` and `jax_oracle` cover every other key
+    (they must pass: the naive port is right everywhere else).
     """
 
     scenario: str
@@ -97,6 +126,7 @@ class CaseResult:
     jax_oracle: Comparison | None = None
     divergent: Comparison | None = None
     divergent_oracle: Comparison | None = None
+    naive_gap: Comparison | None = None
     structure: Comparison | None = None
     pattern_problems: list[str] = field(default_factory=list)
     dtype_problems: list[str] = field(default_factory=list)
@@ -130,8 +160,16 @@ class CaseResult:
         if self.torch_oracle is None or self.jax_oracle is None:
             return False
         if self.diverges:
-            d = self.divergent_oracle
-            return self.torch_oracle.ok and self.jax_oracle.ok and d is not None and not d.ok
+            d, gap = self.divergent_oracle, self.naive_gap
+            return (
+                self.torch_oracle.ok
+                and self.jax_oracle.ok
+                and d is not None
+                and d.ok
+                and gap is not None
+                and not gap.ok
+                and not _structural(gap)
+            )
         return self.torch_oracle.ok and self.jax_oracle.ok
 
     @property
@@ -160,7 +198,7 @@ class CaseResult:
         for comp in (self.structure, self.torch_jax, self.torch_oracle, self.jax_oracle):
             if comp is not None and not comp.ok and (comp is not self.structure or _structural(comp)):
                 out.extend(comp.problems)
-        for comp, name in ((self.divergent, "torch vs jax"), (self.divergent_oracle, "jax vs oracle")):
+        for comp, name in ((self.divergent, "torch vs jax"), (self.naive_gap, "the naive oracle vs the oracle")):
             if comp is None:
                 continue
             if comp.ok:
@@ -169,6 +207,9 @@ class CaseResult:
                 )
             elif _structural(comp):
                 out.extend(comp.problems)
+        if self.divergent_oracle is not None and not self.divergent_oracle.ok:
+            out.append(f"{self.label}: the naive port is not the right wrong answer on {list(self.diverges)}:")
+            out.extend(self.divergent_oracle.problems)
         return out + self.pattern_problems + self.dtype_problems
 
     def to_json(self) -> dict:
@@ -189,6 +230,7 @@ class CaseResult:
             "jax_oracle": js(self.jax_oracle),
             "divergent": js(self.divergent),
             "divergent_oracle": js(self.divergent_oracle),
+            "naive_gap": js(self.naive_gap),
             "lesson_ok": self.lesson_ok,
             "problems": self.problems(),
             "seconds": round(self.seconds, 4),
@@ -221,11 +263,14 @@ def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case
         out_t = impl("torch", spec.name).run(fx, variant)
         out_j = impl("jax", spec.name).run(fx, variant)
         out_o = oracle_outputs(spec, fx, variant)
+        out_n = naive_outputs(spec, fx, variant) if res.diverges else {}
     except Exception as exc:  # reported, never swallowed: the case fails
         res.error = f"{label} {dtype}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"
         res.seconds = time.perf_counter() - start
         return res
     res.outputs = {"torch": out_t, "jax": out_j, "oracle": out_o}
+    if res.diverges:
+        res.outputs["naive_oracle"] = out_n
     ptol = tolerance_for(dtype, "parity", spec.tolerances)
     otol = tolerance_for(dtype, "oracle", spec.tolerances)
     nonfinite = spec.nonfinite_ok
@@ -251,7 +296,19 @@ def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case
                 res.pattern_problems.append(f"{label}: diverging key glob {glob!r} matches no output key")
         hit, rest = _split(out_t, res.diverges)
         res.divergent = jax_vs(out_t, ptol, ("jax", "torch"), check_dtype=True, keys=hit)
-        res.divergent_oracle = jax_vs(out_o, otol, ("jax", "oracle"), check_dtype=False, keys=hit)
+        res.divergent_oracle = jax_vs(out_n, otol, ("jax", "naive oracle"), check_dtype=False, keys=hit)
+        missing = sorted(set(hit) - set(out_n))
+        if missing:
+            res.pattern_problems.append(f"{label}: naive_oracle gives no value for the diverging keys {missing}")
+        res.naive_gap = compare(
+            {k: out_n[k] for k in hit if k in out_n},
+            {k: out_o[k] for k in hit if k in out_o},
+            otol,
+            label=label,
+            names=("naive oracle", "oracle"),
+            check_dtype=False,
+            nonfinite_ok=nonfinite,
+        )
         if rest:
             res.torch_jax = jax_vs(out_t, ptol, ("jax", "torch"), check_dtype=True, keys=rest)
             res.jax_oracle = jax_vs(out_o, otol, ("jax", "oracle"), check_dtype=False, keys=rest)
