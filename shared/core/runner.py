@@ -84,6 +84,11 @@ def naive_outputs(spec: Scenario, fx, variant: str) -> dict[str, np.ndarray]:
     """
     if variant not in spec.diverges:
         raise ValueError(f"{spec.name}: variant expected one of the diverging {sorted(spec.diverges)}, got {variant!r}")
+    if spec.naive_oracle is None:
+        raise ValueError(
+            f"{spec.name}: naive_oracle expected for the diverging variant {variant!r} "
+            "(what the naive port computes on its declared keys), got None"
+        )
     out = spec.naive_oracle(fx, variant)
     if not out:
         raise ValueError(f"naive oracle {spec.name}[{variant}]: returned no outputs")
