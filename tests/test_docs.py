@@ -1,25 +1,46 @@
-"""README sections generated from the registry are up to date, and the generator escapes."""
+"""The generated reference (docs/*.md, the README lists) is fresh, and the generator refuses what is not its own."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from shared.apps import docs
+from shared.apps.common import UsageError
+from shared.core.registry import names
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_readme_is_fresh() -> None:
-    assert docs.update(check=True), "README.md is stale: run `detach-parity docs` and commit"
+def test_generated_reference_is_fresh() -> None:
+    stale = docs.update(check=True)
+    assert not stale, f"stale: {stale}: run `detach-parity docs` and commit"
 
 
-def test_every_scenario_in_cheatsheet() -> None:
-    from shared.core.registry import names
-
-    table = docs.cheatsheet_table()
+def test_readme_is_short_and_lists_every_scenario() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.encode()) <= 15 * 1024, f"README.md is {len(readme.encode())} bytes, above 15 KB"
     for name in names():
-        assert f"| `{name}` |" in table
+        assert f"`{name}`" in readme, f"{name} missing from the README's scenario list"
+
+
+def test_every_scenario_in_the_cheatsheet_and_the_scenario_page() -> None:
+    sheet, page = docs.cheatsheet_page(), docs.scenarios_page()
+    for name in names():
+        assert f"### `{name}`" in sheet and f"| `{name}` |" in page
 
 
 def test_render_errors_and_escaping() -> None:
     with pytest.raises(ValueError, match="has no matching"):
-        docs.render("<!-- BEGIN scenarios -->\nno end")
+        docs.render("<!-- BEGIN families -->\nno end")
     assert docs._cell("a | b\n c") == "a \\| b c"
+
+
+def test_a_docs_file_not_written_by_docs_is_never_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "README.md").write_text("# mine\n<!-- BEGIN families -->\n<!-- END families -->\n", encoding="utf-8")
+    (tmp_path / "docs" / "claims.md").write_text("my own notes\n", encoding="utf-8")
+    with pytest.raises(UsageError, match="docs/claims.md exists and was not written by `detach-parity docs`"):
+        docs.update(root=tmp_path)
+    assert (tmp_path / "docs" / "claims.md").read_text(encoding="utf-8") == "my own notes\n"
