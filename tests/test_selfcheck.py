@@ -78,10 +78,12 @@ def test_covering_tests_for_a_scenario() -> None:
 
 
 KILL_ONE = """
+import dataclasses
 from shared.apps import selfcheck
 site = next(s for s in selfcheck.find_sites() if s.path == "jax_impl/basics.py" and "stop_gradient" in s.construct)
-(outcome,) = selfcheck.selfcheck([site], jobs=1)
-print(outcome.status, outcome.exit_code)
+same = dataclasses.replace(site, replacement=site.original)  # an identity "mutant": the copy's tests must pass
+outcomes = selfcheck.selfcheck([site, same], jobs=1)
+print(*[f"{o.status} {o.exit_code}" for o in outcomes])
 """
 
 
@@ -89,4 +91,5 @@ def test_a_real_mutant_is_killed() -> None:
     # a fresh interpreter: this pytest process has JAX running and the unmutated modules imported
     proc = subprocess.run([sys.executable, "-c", KILL_ONE], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["killed", "1"]
+    # the mutant is killed, and the unchanged copy passes: the children test the copy, not this tree
+    assert proc.stdout.split() == ["killed", "1", "survived", "0"]

@@ -36,6 +36,7 @@ __all__ = ["Site", "find_sites", "covering_tests", "selfcheck"]
 
 ROOT = Path(__file__).resolve().parents[2]
 IMPL_DIRS = ("torch_impl", "jax_impl")
+OWN_PACKAGES = ("shared", "torch_impl", "jax_impl", "conftest")
 # test files that check the whole tree rather than a scenario's behaviour: a
 # mutant failing them (e.g. formatting) would be killed for the wrong reason
 GLOBAL_TESTS = {
@@ -199,6 +200,10 @@ def _child(copy: Path, args: list[str]) -> None:
 
     os.chdir(copy)
     sys.path.insert(0, str(copy))
+    # the parent imported this package (and, preloading, the implementations' helpers) from the
+    # original tree: forget every module of ours, so that the copy's mutated files are imported
+    for name in [m for m in sys.modules if m.split(".")[0] in OWN_PACKAGES]:
+        del sys.modules[name]
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
