@@ -165,7 +165,8 @@ def find_sites(root: Path = ROOT) -> list[Site]:
 def covering_tests(module: str, root: Path = ROOT) -> list[str]:
     """pytest arguments for the tests that cover a module of torch_impl/ or jax_impl/.
 
-    A registered scenario: its parity cases plus every test file that names it.
+    A registered scenario: its parity cases, its make_step test when the record has a step,
+    plus every test file that names it.
     A private helper (`_common`, `_layout`): the layout tests and one scenario's cases.
     """
     from shared.apps.docs import scenario_tests
@@ -178,16 +179,24 @@ def covering_tests(module: str, root: Path = ROOT) -> list[str]:
     if own.exists() and f"tests/{own.name}" not in files:
         files.append(f"tests/{own.name}")
     keywords = [module] + [Path(f).stem for f in files]
-    args = (["tests/test_parity.py"] if module in SCENARIOS else []) + files
+    registered = ["tests/test_parity.py"] if module in SCENARIOS else []
+    if module in SCENARIOS and SCENARIOS[module].has_step:
+        registered.append("tests/test_steps.py")  # make_step: the returned loss must carry no graph
+    args = registered + files
     if not args:
         return []
     return args + ["-k", " or ".join(keywords)]
 
 
+# generated or installed at the top of the tree: not part of what the tests read
+_TOP_LEVEL_SKIP = {".venv", ".git", "site", "reports", "docs", ".pytest_cache", ".hypothesis", ".jax_cache"}
+
+
 def _copy_tree(root: Path, dest: Path) -> Path:
-    ignore = shutil.ignore_patterns(
-        ".venv", ".git", "site", "reports", "__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"
-    )
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        top = {n for n in names if n in _TOP_LEVEL_SKIP} if Path(folder) == root else set()
+        return top | {n for n in names if n == "__pycache__" or n.endswith(".egg-info")}
+
     shutil.copytree(root, dest, ignore=ignore)
     return dest
 
