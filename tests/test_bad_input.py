@@ -71,7 +71,7 @@ OUT_OF_RANGE = [
     ("mixed_precision", "growth_factor", 1.0, (), "(1, inf]"),
     ("mixed_precision", "growth_interval", 0, (), "[1, inf]"),
     ("mixed_precision", "steps", 0, (), "[1, inf]"),
-    ("mixed_precision", "overflow_at", -1, (), "[0, inf]"),
+    ("mixed_precision", "overflow_at", 0, (), "[1, inf]"),
     ("mixed_precision", "lr", -1.0, (), "(0, inf]"),
 ]
 
@@ -96,7 +96,7 @@ def test_out_of_range_field_is_refused(scenario: str, field: str, value, index: 
 BAD_FIXTURES = [
     ("grad_clipping", {"window": np.array(5)}, "field 'window': expected a divisor of T=12, got 5"),
     ("grad_clipping", {"window": np.array(7)}, "field 'window': expected a divisor of T=12, got 7"),
-    ("mixed_precision", {"overflow_at": np.array(99)}, "field 'overflow_at': expected a value in [0, steps=6], got 99"),
+    ("mixed_precision", {"overflow_at": np.array(99)}, "field 'overflow_at': expected a value in [1, steps=6], got 99"),
     ("basics", {"x": np.array([1.0, np.nan, 2.0])}, "field 'x': expected finite values, got nan at index (1,)"),
     ("data_vs_detach", {"c": np.array([np.inf, 1.0, 1.0])}, "field 'c': expected finite values, got inf at index (0,)"),
 ]

@@ -40,17 +40,21 @@ def _with(fx, **changes) -> fixtures.Fixture:
 
 @pytest.mark.parametrize("variant", ["dynamic", "static"])
 def test_overflow_step_leaves_parameters_and_step_count_unchanged(variant: str) -> None:
+    """Two steps, one of them overflowing: first or second, the one applied step is the same, bit for bit
+    (a power-of-two scale is exact, so the scale in force does not change the unscaled gradient)."""
     fx = fixtures.make("mixed_precision", "float32")
-    one_step = _with(fx, steps=1, overflow_at=0)
+    overflow_first = _with(fx, steps=2, overflow_at=1)
     then_overflow = _with(fx, steps=2, overflow_at=2)
     for run in (tm.run, jm.run):
-        a, b = run(one_step, variant), run(then_overflow, variant)
+        a, b = run(overflow_first, variant), run(then_overflow, variant)
         for k in GRADS:
             np.testing.assert_array_equal(b[f"params/{k}"], a[f"params/{k}"])  # bit for bit
-            assert np.any(a[f"params/{k}"] != fx[f"params/{k}"])  # and step 1 did move them
+            assert np.any(a[f"params/{k}"] != fx[f"params/{k}"])  # and the applied step did move them
         assert int(a["optimizer_steps"]) == int(b["optimizer_steps"]) == 1
+        assert a["skipped"].tolist() == [True, False] and b["skipped"].tolist() == [False, True]
         if variant == "dynamic":
             assert b["scale"].tolist() == [65536, 32768]  # P15: backed off to 32768
+            assert a["scale"].tolist() == [32768, 32768]
 
 
 def test_bf16_gradients_agree_with_float32_within_bf16_tolerance() -> None:

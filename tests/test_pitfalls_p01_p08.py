@@ -18,7 +18,7 @@ from conftest import case_result
 from flax import nnx
 
 from shared.core import fixtures
-from shared.core.runner import impl, oracle_outputs
+from shared.core.runner import impl, oracle_outputs, run_case
 
 P01_P08 = (
     "p01_std_convention",
@@ -49,7 +49,9 @@ def test_ported_matches_torch_and_oracle_naive_differs(name: str, dtype: str, ca
     naive = case_result(name, "naive", dtype, case)
     assert naive.verdict == "DIFFERS (expected)", "\n".join(naive.problems())
     # wrong exactly on the declared keys (divergent), right on every other key (torch_jax, jax_oracle)
-    assert naive.torch_oracle.ok and not naive.divergent.ok and not naive.divergent_oracle.ok
+    assert naive.torch_oracle.ok and not naive.divergent.ok
+    # the right wrong answer: JAX matches the naive oracle there, and the naive oracle is not the oracle
+    assert naive.divergent_oracle.ok and not naive.naive_gap.ok
     assert naive.torch_jax.ok and naive.jax_oracle.ok
     # torch runs the same code in both variants: the naive mistake is on the JAX side
     for key, value in ported.outputs["torch"].items():
@@ -131,6 +133,24 @@ def test_p04_gelu_at_one(dtype: str) -> None:
     assert ported["y"][0] == pytest.approx(0.841345, abs=5e-7)
     assert naive["y"][0] == pytest.approx(0.841192, abs=5e-7)
     assert abs(t["grads/x"][0] - naive["grads/x"][0]) == pytest.approx(3.51e-4, rel=1e-2)
+
+
+def test_p04_a_mutated_naive_port_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15 item 2: a naive port replaced by sin(x) * 1e3 once still said "DIFFERS (expected)"."""
+    from jax_impl import p04_gelu as j04
+
+    assert run_case("p04_gelu", "naive", "float64", case="handed").verdict == "DIFFERS (expected)"
+    real, traced = j04.gelu, j04._value_and_grad.__wrapped__
+    monkeypatch.setattr(j04, "gelu", lambda x, v: jnp.sin(x) * 1e3 if v == "naive" else real(x, v))
+    # a new function under a new jit: the cached trace of the real gelu must not answer
+    monkeypatch.setattr(
+        j04, "_value_and_grad", jax.jit(lambda x, variant: traced(x, variant), static_argnames="variant")
+    )
+    r = run_case("p04_gelu", "naive", "float64", case="handed")
+    assert r.verdict == "FAIL"
+    assert not r.divergent.ok  # it still differs from torch ...
+    assert not r.divergent_oracle.ok  # ... but it is not the tanh GELU
+    assert any("not the right wrong answer" in p for p in r.problems())
 
 
 # P05 LayerNorm epsilon -----------------------------------------------------------------------

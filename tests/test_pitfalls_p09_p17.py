@@ -24,6 +24,7 @@ import torch_impl
 from jax_impl import p14_td_loss_broadcast as j14
 from shared.core import fixtures
 from shared.core.oracle import adamw
+from shared.core.runner import run_case
 from torch_impl import p14_td_loss_broadcast as t14
 from torch_impl._common import grads_or_zeros
 from torch_impl._layout import load_params, params_of
@@ -56,7 +57,9 @@ def test_ported_matches_torch_and_oracle(name: str, dtype: str, case: str) -> No
     naive = case_result(name, "naive", dtype, case)
     if name in DIVERGING:
         assert naive.verdict == "DIFFERS (expected)", "\n".join(naive.problems())
-        assert naive.torch_oracle.ok and not naive.divergent.ok and not naive.divergent_oracle.ok
+        assert naive.torch_oracle.ok and not naive.divergent.ok
+        # the right wrong answer: JAX matches the naive oracle there, and the naive oracle is not the oracle
+        assert naive.divergent_oracle.ok and not naive.naive_gap.ok
         assert naive.torch_jax.ok and naive.jax_oracle.ok
         # torch is the reference: the same code and numbers in both variants
         for key, value in ported.outputs["torch"].items():
@@ -270,3 +273,22 @@ def test_p17_swapped_arguments_make_a_near_hard_copy(dtype: str) -> None:
         np.testing.assert_allclose(t[f"target/{k}"], tau * online, rtol=1e-6)  # target was zeros
         np.testing.assert_allclose(j[f"target/{k}"], (1 - tau) * online + tau * target, rtol=1e-6)
         assert np.max(np.abs(j[f"target/{k}"] - online)) <= tau * np.max(np.abs(online)) * (1 + 1e-6)
+
+
+def test_p17_a_different_wrong_update_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A naive port that is wrong in another way (a hard copy, tau ignored) is no longer "DIFFERS (expected)"."""
+    from flax import nnx
+
+    from jax_impl import p17_soft_update_order as j17
+
+    assert run_case("p17_soft_update_order", "naive", "float64", case="random").verdict == "DIFFERS (expected)"
+    real = j17.soft_update
+
+    def hard_copy(online, target, tau, variant="ported"):
+        if variant != "naive":
+            return real(online, target, tau, variant)
+        nnx.update(target, nnx.state(online, nnx.Param))
+
+    monkeypatch.setattr(j17, "soft_update", hard_copy)
+    r = run_case("p17_soft_update_order", "naive", "float64", case="random")
+    assert r.verdict == "FAIL" and not r.divergent.ok and not r.divergent_oracle.ok

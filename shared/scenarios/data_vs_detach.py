@@ -52,6 +52,14 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     }
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """What JAX computes for `data_inplace` (the reverse case: here torch is the odd one out): the write lands
+    in a new array, so the saved output is σ(x) and the gradient is the true c·σ(x)(1 − σ(x))."""
+    a = fx.float64()
+    out = sigmoid(a["x"])
+    return {"out_after_write": out, "grads/x": a["c"] * out * (1.0 - out)}
+
+
 SPEC = Scenario(
     name="data_vs_detach",
     title="In-place writes after detach() and .data: an error, a silently wrong gradient, and JAX",
@@ -90,4 +98,5 @@ SPEC = Scenario(
         ),
     ),
     diverges={"data_inplace": ("grads/x", "out_after_write")},
+    naive_oracle=naive_oracle,
 )

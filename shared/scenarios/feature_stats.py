@@ -74,6 +74,13 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     }
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `jnp.std(h, 0)`: the population std of the features (divisor B, ddof=0)."""
+    a = fx.float64()
+    h = np.tanh(a["x"] @ a["params/encoder/kernel"] + a["params/encoder/bias"])
+    return {"stats/std": std(h, DDOF[variant][1])}
+
+
 def _pattern(encoder: str) -> tuple[tuple[str, str], ...]:
     return (
         ("grads/encoder/*", encoder),
@@ -116,4 +123,5 @@ SPEC = Scenario(
         ),
     ),
     diverges={"naive_ddof0": ("stats/std",)},
+    naive_oracle=naive_oracle,
 )

@@ -49,7 +49,7 @@ SCHEMA = {
     "growth_interval": Field((), kind="int", low=1, doc="finite steps in a row before the scale grows"),
     "static_scale": Field((), low=0.0, low_open=True, doc="the fixed scale of variant 'static'"),
     "steps": Field((), kind="int", low=1, doc="optimizer steps"),
-    "overflow_at": Field((), kind="int", low=0, doc="1-based step whose loss is multiplied by inf (0: none)"),
+    "overflow_at": Field((), kind="int", low=1, doc="1-based step whose loss is multiplied by inf (the lesson)"),
 }
 
 
@@ -110,6 +110,34 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     return out
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port (`naive_no_skip`): the scale rule without apply_if_finite. Adam takes every step, so the
+    overflow step's ±inf gradient enters the moments (m̂ / sqrt(v̂) = inf / inf): NaN parameters from then on;
+    their gradients stay NaN, so every later step is non-finite too and the scale backs off at each one."""
+    a = fx.float64()
+    x, y, at, steps = a["x"], a["y"], int(a["overflow_at"]), int(a["steps"])
+    scale, tracker, scales, step = float(a["init_scale"]), 0, [], 0
+
+    def grad_fn(p: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        nonlocal scale, tracker, step
+        step += 1
+        grads = loss_and_grads(p, x, y)[1]
+        if step == at:  # the loss times inf: ±inf where the gradient is non-zero, inf · 0 = NaN elsewhere
+            grads = {k: g * np.inf for k, g in grads.items()}
+        scale, tracker = scale_rule(scale, tracker, all(np.all(np.isfinite(g)) for g in grads.values()), a)
+        scales.append(scale)
+        return grads
+
+    hyper = {k: float(a[k]) for k in ("lr", "b1", "b2", "eps")}
+    params = {k: a[f"params/{k}"].copy() for k in PARAMS}
+    with np.errstate(invalid="ignore", over="ignore"):
+        params = adamw(grad_fn, params, steps, weight_decay=0.0, **hyper)
+    out = {f"params/{k}": v for k, v in params.items()}
+    out.update(scale=np.array(scales, dtype=np.int64), skipped=np.zeros(steps, dtype=bool))
+    out["optimizer_steps"] = np.array(steps)
+    return out
+
+
 # bfloat16 unit roundoff u = 2^-8; 8u covers the measured worst case twice (see tolerance_note)
 BF16 = Tolerance(rtol=2.0**-5, atol=1e-5)
 
@@ -124,9 +152,9 @@ _PATTERN = (
 
 
 def _overflow_step_exists(arrays, dims) -> str | None:
-    """`overflow_at` is 0 (no overflow) or the 1-based index of a step that runs."""
+    """`overflow_at` is the 1-based index of a step that runs: the lesson needs one overflowing step."""
     at, steps = int(arrays["overflow_at"]), int(arrays["steps"])
-    return None if at <= steps else f"field 'overflow_at': expected a value in [0, steps={steps}], got {at}"
+    return None if 1 <= at <= steps else f"field 'overflow_at': expected a value in [1, steps={steps}], got {at}"
 
 
 SPEC = Scenario(
@@ -177,4 +205,6 @@ SPEC = Scenario(
         "after 6 Adam steps, whose sign-like first steps amplify tiny gradients), seeds 0-9; bound 8u = 2^-5"
     ),
     diverges={"naive_no_skip": ("params/*", "optimizer_steps", "scale", "skipped")},
+    naive_oracle=naive_oracle,
+    nonfinite_ok=("params/*",),  # the naive port's NaN parameters (the lesson); the other variants assert finite
 )

@@ -21,12 +21,20 @@ def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
     return {"x": rng.normal(loc=1.0, scale=2.0, size=(3, 3))}  # the handed shape: one compile serves both
 
 
-def oracle(fx, variant: str) -> dict[str, np.ndarray]:
-    x = fx.float64()["x"]
-    n = x.shape[-1]
-    std = x.std(axis=-1, ddof=1)
-    grad = (x - x.mean(axis=-1, keepdims=True)) / ((n - 1) * std[:, None])  # d sum(std) / dx
+def row_std(x: np.ndarray, ddof: int) -> dict[str, np.ndarray]:
+    """Std over the last axis with divisor N − ddof, and d sum(std) / dx = (x − mean) / ((N − ddof) std)."""
+    std = x.std(axis=-1, ddof=ddof)
+    grad = (x - x.mean(axis=-1, keepdims=True)) / ((x.shape[-1] - ddof) * std[:, None])
     return {"std": std, "grads/x": grad}
+
+
+def oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    return row_std(fx.float64()["x"], ddof=1)  # torch's unbiased std in both variants
+
+
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `jnp.std(x, -1)`: the population std (ddof=0) and its gradient."""
+    return row_std(fx.float64()["x"], ddof=0)
 
 
 _PATTERN = (("std", "nonzero"), ("grads/x", "nonzero"))
@@ -68,5 +76,6 @@ SPEC = Scenario(
         trap="`jnp.std` defaults to `ddof=0`: values shrink by sqrt((N−1)/N), silently",
     ),
     diverges={"naive": ("std", "grads/x")},
+    naive_oracle=naive_oracle,
     checks=(_check_samples,),
 )

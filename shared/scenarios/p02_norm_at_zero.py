@@ -44,6 +44,20 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     }
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `jnp.linalg.norm`: d‖x‖/dx = x / ‖x‖, which is 0 / 0 = NaN at the zero vector;
+    d(‖x‖²)/dx = 2‖x‖ · NaN = NaN, and the penalised gradient (x − t) + λ · NaN is NaN too."""
+    a = fx.float64()
+    x, t, lam = a["x"], a["t"], float(a["lam"])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        d_norm = x / np.linalg.norm(x)  # no pinned subgradient: NaN at 0
+        return {
+            "grads/norm": d_norm,
+            "grads/sq_norm": 2.0 * np.linalg.norm(x) * d_norm,
+            "grads/penalized": (x - t) + lam * d_norm,
+        }
+
+
 SPEC = Scenario(
     name="p02_norm_at_zero",
     title="gradient of a norm at the zero vector: torch 0, jnp.linalg.norm NaN",
@@ -74,4 +88,6 @@ SPEC = Scenario(
         trap="`jnp.linalg.norm` / `optax.global_norm` give a NaN gradient at the zero vector",
     ),
     diverges={"naive": ("grads/*",)},
+    naive_oracle=naive_oracle,
+    nonfinite_ok=("grads/*",),  # the naive gradients are NaN (the lesson); "ported" asserts them zero / finite
 )

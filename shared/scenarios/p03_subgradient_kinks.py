@@ -39,6 +39,23 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     }
 
 
+def _tie_split(a: np.ndarray, b: float) -> np.ndarray:
+    """d max(a, b) / da as JAX defines it: 1 above b, 0.5 on a tie, 0 below."""
+    return np.where(a > b, 1.0, np.where(a == b, 0.5, 0.0))
+
+
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `jnp.abs`, `jnp.clip`: abs'(x) = 1 for x >= 0 (so 1 at 0), −1 below; jnp.clip is
+    min(max(x, lo), hi), whose derivative splits every tie in half: 0.5 on a bound, 1 inside, 0 outside."""
+    a = fx.float64()
+    x, lo, hi = a["x"], float(a["lo"]), float(a["hi"])
+    lifted = np.maximum(x, lo)
+    return {
+        "grads/l1": np.where(x >= 0, 1.0, -1.0),
+        "grads/clamp": _tie_split(x, lo) * _tie_split(-lifted, -hi),  # d min(m, hi)/dm = d max(−m, −hi)/d(−m)
+    }
+
+
 _PATTERN = (("l1", "nonzero"), ("clamped", "nonzero"), ("grads/l1", "nonzero"), ("grads/clamp", "nonzero"))
 
 
@@ -70,5 +87,6 @@ SPEC = Scenario(
         trap="`jnp.abs`'(0) = 1 and `jnp.clip`' = 0.5 on a bound: L1 gradient [1, 1, −1, 1], not [0, 1, −1, 0]",
     ),
     diverges={"naive": ("grads/*",)},
+    naive_oracle=naive_oracle,
     checks=(_check_bounds,),
 )

@@ -31,6 +31,16 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     return {"y": x * cdf, "grads/x": cdf + x * pdf}  # exact GELU and its derivative
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `jax.nn.gelu(x)` (approximate=True): 0.5·x·(1 + tanh(u)), u = sqrt(2/π)(x + 0.044715 x³),
+    and its derivative 0.5(1 + tanh u) + 0.5·x·(1 − tanh² u)·du/dx."""
+    x = fx.float64()["x"]
+    c = math.sqrt(2.0 / math.pi)
+    th = np.tanh(c * (x + 0.044715 * x**3))
+    du = c * (1.0 + 3.0 * 0.044715 * x**2)
+    return {"y": 0.5 * x * (1.0 + th), "grads/x": 0.5 * (1.0 + th) + 0.5 * x * (1.0 - th**2) * du}
+
+
 _PATTERN = (("y", "nonzero"), ("grads/x", "nonzero"))
 
 SPEC = Scenario(
@@ -60,4 +70,5 @@ SPEC = Scenario(
         "the default 2e-4 would accept the 1.5e-4 gap of the tanh approximation"
     ),
     diverges={"naive": ("y", "grads/x")},
+    naive_oracle=naive_oracle,
 )

@@ -12,7 +12,8 @@ import numpy as np
 from shared.core.records import Porting, Scenario
 from shared.core.schema import Field
 
-TORCH_EPS = 1e-5  # torch.nn.LayerNorm default; nnx.LayerNorm defaults to 1e-6
+TORCH_EPS = 1e-5  # torch.nn.LayerNorm default
+NNX_EPS = 1e-6  # nnx.LayerNorm default
 
 SCHEMA = {
     "x": Field(("B", "D"), doc="inputs with a small spread (std ≈ 0.01)"),
@@ -54,6 +55,12 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     return layer_norm(a["x"], a["c"], a["params/scale"], a["params/bias"], TORCH_EPS)
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `nnx.LayerNorm(D)`: the same layer with the nnx default epsilon 1e-6."""
+    a = fx.float64()
+    return layer_norm(a["x"], a["c"], a["params/scale"], a["params/bias"], NNX_EPS)
+
+
 _PATTERN = (("y", "nonzero"), ("grads/*", "nonzero"))
 
 SPEC = Scenario(
@@ -78,4 +85,5 @@ SPEC = Scenario(
         trap="`nnx.LayerNorm` defaults to `epsilon=1e-6`: small-variance features normalise differently",
     ),
     diverges={"naive": ("y", "grads/x", "grads/scale")},
+    naive_oracle=naive_oracle,
 )

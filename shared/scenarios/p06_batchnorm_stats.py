@@ -75,6 +75,16 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     }
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `nnx.BatchNorm(momentum=m)`: new = m·old + (1 − m)·batch, the biased batch variance."""
+    a = fx.float64()
+    x, scale, bias, m = a["x"], a["params/scale"], a["params/bias"], float(a["momentum"])
+    run_mean = m * a["running_mean"] + (1 - m) * x.mean(0)
+    run_var = m * a["running_var"] + (1 - m) * x.var(0)  # nnx stores the biased variance
+    eval_out = (a["x_eval"] - run_mean) / np.sqrt(run_var + EPS) * scale + bias
+    return {"running_mean": run_mean, "running_var": run_var, "eval_out": eval_out}
+
+
 _PATTERN = tuple((k, "nonzero") for k in ("train_out", "grads/x", "running_mean", "running_var", "eval_out"))
 
 
@@ -107,5 +117,6 @@ SPEC = Scenario(
         trap="`nnx.BatchNorm(momentum=0.1)` keeps 10 % of the old value, and stores the biased var",
     ),
     diverges={"naive": ("running_mean", "running_var", "eval_out")},
+    naive_oracle=naive_oracle,
     checks=(_check_batch,),
 )

@@ -39,10 +39,9 @@ def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
     }
 
 
-def oracle(fx, variant: str) -> dict[str, np.ndarray]:
-    a = fx.float64()
-    x, y, w, b = a["x"], a["y"], a["state_dict/weight"], a["state_dict/bias"]
-    pred = x @ w.T + b  # the layer torch defines: kernel = weight.T
+def dense_mse(x: np.ndarray, y: np.ndarray, kernel: np.ndarray, bias: np.ndarray) -> dict[str, np.ndarray]:
+    """Loss mean((x K + b − y)²), pred, and its gradients with respect to the kernel K [I, O] and b [O]."""
+    pred = x @ kernel + bias
     dpred = 2.0 * (pred - y) / pred.size
     return {
         "loss": np.array(np.mean((pred - y) ** 2)),
@@ -50,6 +49,17 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
         "grads/kernel": x.T @ dpred,  # canonical [I, O]
         "grads/bias": dpred.sum(0),
     }
+
+
+def oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    a = fx.float64()
+    return dense_mse(a["x"], a["y"], a["state_dict/weight"].T, a["state_dict/bias"])  # torch: kernel = weight.T
+
+
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port loads weight [O, I] as the kernel: the layer x W + b, differentiated in that kernel."""
+    a = fx.float64()
+    return dense_mse(a["x"], a["y"], a["state_dict/weight"], a["state_dict/bias"])
 
 
 _PATTERN = (("loss", "nonzero"), ("pred", "nonzero"), ("grads/*", "nonzero"))
@@ -76,4 +86,5 @@ SPEC = Scenario(
         trap="a square layer loaded without `.T` runs without error and computes the wrong function",
     ),
     diverges={"naive": ("pred", "loss", "grads/*")},
+    naive_oracle=naive_oracle,
 )

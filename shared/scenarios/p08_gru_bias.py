@@ -62,10 +62,23 @@ def unroll(sd: dict[str, np.ndarray], x: np.ndarray, h: np.ndarray) -> np.ndarra
     return np.stack(hs)
 
 
+def _states_and_grads(sd: dict[str, np.ndarray], a: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    grads = fd_grad(lambda p: float(np.sum(a["c"] * unroll(sd, p["x"], p["h0"]))), {"x": a["x"], "h0": a["h0"]})
+    return {"h": unroll(sd, a["x"], a["h0"]), "grads/x": grads["x"], "grads/h0": grads["h0"]}
+
+
 def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     a = fx.float64()
-    grads = fd_grad(lambda p: float(np.sum(a["c"] * unroll(a, p["x"], p["h0"]))), {"x": a["x"], "h0": a["h0"]})
-    return {"h": unroll(a, a["x"], a["h0"]), "grads/x": grads["x"], "grads/h0": grads["h0"]}
+    return _states_and_grads(a, a)
+
+
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port: nnx.GRUCell with bias_ih + bias_hh as its input bias and no hidden bias, i.e. torch's
+    cell with b_hn moved out of the reset gate: n = tanh(W_in x + b_in + b_hn + r ⊙ W_hn h)."""
+    a = fx.float64()
+    folded = {**a, "state_dict/bias_ih": a["state_dict/bias_ih"] + a["state_dict/bias_hh"]}
+    folded["state_dict/bias_hh"] = np.zeros_like(a["state_dict/bias_hh"])
+    return _states_and_grads(folded, a)
 
 
 _PATTERN = (("h", "nonzero"), ("grads/x", "nonzero"), ("grads/h0", "nonzero"))
@@ -93,4 +106,5 @@ SPEC = Scenario(
         trap="`nnx.GRUCell` has no `b_hn`: folding `bias_hh` into the input bias changes n when r ≠ 1",
     ),
     diverges={"naive": ("h", "grads/*")},
+    naive_oracle=naive_oracle,
 )

@@ -47,22 +47,33 @@ def loss_grad(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, np.nd
     return 0.5 * float(np.mean(r**2)), x.T @ r / len(y)
 
 
-def oracle(fx, variant: str) -> dict[str, np.ndarray]:
-    a = fx.float64()
-    x, y, wd = a["x"], a["y"], float(a["weight_decay"])
+def _train(a: dict[str, np.ndarray], coupled: float, decoupled: float) -> dict[str, np.ndarray]:
+    """`steps` Adam steps on loss + coupled/2 ‖w‖² (L2 in the gradient), with decoupled decay `decoupled`."""
+    x, y = a["x"], a["y"]
     loss, g0 = loss_grad(a["w"], x, y)
-    # torch's reference in both variants: coupled L2 = Adam on (gradient + wd * w), no decoupled decay
     after = adamw(
-        lambda p: {"w": loss_grad(p["w"], x, y)[1] + wd * p["w"]},
+        lambda p: {"w": loss_grad(p["w"], x, y)[1] + coupled * p["w"]},
         {"w": a["w"]},
         int(a["steps"]),
         lr=float(a["lr"]),
         b1=float(a["b1"]),
         b2=float(a["b2"]),
         eps=float(a["eps"]),
-        weight_decay=0.0,
+        weight_decay=decoupled,
     )["w"]
     return {"loss": np.array(loss), "grads/w": g0, "params/w": after, "moved/w": after - a["w"]}
+
+
+def oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    # torch's reference in both variants: coupled L2 = Adam on (gradient + wd * w), no decoupled decay
+    a = fx.float64()
+    return _train(a, coupled=float(a["weight_decay"]), decoupled=0.0)
+
+
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `optax.adamw(lr, weight_decay=wd)`: Adam on the plain gradient, then θ −= lr·wd·θ."""
+    a = fx.float64()
+    return _train(a, coupled=0.0, decoupled=float(a["weight_decay"]))
 
 
 SPEC = Scenario(
@@ -90,4 +101,5 @@ SPEC = Scenario(
         trap="`optax.adamw(lr, weight_decay=wd)` is decoupled: not Adam(wd); AdamW defaults differ (torch 1e-2, optax 1e-4)",
     ),
     diverges={"naive": ("params/w", "moved/w")},
+    naive_oracle=naive_oracle,
 )

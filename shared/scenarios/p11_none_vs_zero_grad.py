@@ -49,6 +49,14 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     }
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port hands y's zero gradient to SGD with coupled decay: y <- y − lr·(0 + wd·y)."""
+    a = fx.float64()
+    y, lr, wd = a["y"], float(a["lr"]), float(a["weight_decay"])
+    y_new = y - lr * (np.zeros_like(y) + wd * y)
+    return {"params/y": y_new, "moved/y": y_new - y}
+
+
 SPEC = Scenario(
     name="p11_none_vs_zero_grad",
     title="None vs zero gradients for a parameter the loss does not use",
@@ -74,4 +82,5 @@ SPEC = Scenario(
         trap="`jax.grad` returns zeros for unused `y`, and weight decay still moves it",
     ),
     diverges={"naive": ("params/y", "moved/y")},
+    naive_oracle=naive_oracle,
 )

@@ -43,6 +43,24 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     return {"y": x @ w, "grads/x": g @ w.T, "grads/kernel": x.T @ g}
 
 
+def bfloat16(a: np.ndarray) -> np.ndarray:
+    """Round to the nearest bfloat16 (8 significant bits, ties to even), returned as float64.
+
+    Exact for the normal numbers used here (bfloat16 has float32's exponent range).
+    """
+    mantissa, exponent = np.frexp(np.asarray(a, dtype=np.float64))
+    return np.ldexp(np.rint(mantissa * 2.0**8), exponent - 8)
+
+
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The emulated bfloat16 pass: y = bf(x) bf(W) accumulated exactly; the backward dots take the
+    cotangent g as is and the other operand rounded, and their result is rounded to bfloat16 (the
+    transpose of the operand cast): grads/x = bf(g bf(W)ᵀ), grads/kernel = bf(bf(x)ᵀ g)."""
+    a = fx.float64()
+    x, w, g = bfloat16(a["x"]), bfloat16(a["kernel"]), a["g"]
+    return {"y": x @ w, "grads/x": bfloat16(g @ w.T), "grads/kernel": bfloat16(x.T @ g)}
+
+
 SPEC = Scenario(
     name="p16_matmul_precision",
     title="float32 matmul precision (JAX accelerator default vs torch full float32)",
@@ -68,4 +86,5 @@ SPEC = Scenario(
         trap="JAX's default float32 matmul is one bfloat16 (TPU) or TF32 (GPU) pass; CPU hides it",
     ),
     diverges={"naive": ("y", "grads/*")},
+    naive_oracle=naive_oracle,
 )

@@ -47,6 +47,13 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     return {f"target/{k}": tau * a[f"online/{k}"] + (1.0 - tau) * a[f"target/{k}"] for k in LEAVES}
 
 
+def naive_oracle(fx, variant: str) -> dict[str, np.ndarray]:
+    """The naive port `incremental_update(target, online, tau)`: tau·target + (1 − tau)·online."""
+    a = fx.float64()
+    tau = float(a["tau"])
+    return {f"target/{k}": tau * a[f"target/{k}"] + (1.0 - tau) * a[f"online/{k}"] for k in LEAVES}
+
+
 SPEC = Scenario(
     name="p17_soft_update_order",
     title="soft target update, optax.incremental_update argument order",
@@ -69,4 +76,5 @@ SPEC = Scenario(
         trap="`incremental_update(target, online, tau)` swaps the weights: a near-hard copy, no error",
     ),
     diverges={"naive": ("target/*",)},
+    naive_oracle=naive_oracle,
 )
