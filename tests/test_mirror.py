@@ -39,7 +39,11 @@ ONE_SIDED_NAMES = {
 # pairs whose GRAD-FLOW tags may differ: module -> reason (scenario pairs never: their tags are the lesson)
 TAGS_DIFFER = {
     "bench": "torch's grad modes (no_grad, inference_mode) are measured on the torch side only",
-    "claims": "a claim's torch facts (no_grad, inference_mode, detach_, .data) have no JAX counterpart",
+    "claims_aliasing": "torch's in-place aliases, clone and grad mode (C01, C20, C21) have no JAX counterpart; JAX's .at[].set copy (C21) none in torch",
+    "claims_freezing": "torch's requires_grad_(False), detach_() and no_grad (C05, C06, C07, C16) have no JAX flag or mode; JAX freezes C07 by a zero gradient",
+    "claims_losses": "torch's no_grad / detach for acting (C17) has no JAX counterpart (nothing is recorded outside jax.grad)",
+    "claims_modes": "torch's inference_mode and no_grad (C09, C19) have no JAX counterpart (no grad mode)",
+    "claims_recurrence": "torch's backward per chunk (C11) has no JAX counterpart (one jax.grad over the scan)",
 }
 
 

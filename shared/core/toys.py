@@ -1,14 +1,19 @@
-"""Toy data for the claim checks (torch_impl/claims.py and jax_impl/claims.py load the same arrays).
+"""The neutral ground of the claim checks (the pairs `torch_impl/claims_*.py`, `jax_impl/claims_*.py`).
 
-Plain float64 numpy, built from a fixed seed per toy, tiny shapes; canonical dense
-layout `y = x @ W + b` with W `[in, out]`. No framework import here.
+`toy(name)`: the arrays both frameworks load. Plain float64 numpy, built from a fixed seed
+per toy, tiny shapes; canonical dense layout `y = x @ W + b` with W `[in, out]`.
+`check_evidence(check, evidence)`: the form of what a check returns, JSON data only, so that
+what the claims app verifies is exactly what `detach-parity claims --json` writes.
+No framework import here.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-__all__ = ["toy", "TOYS"]
+__all__ = ["toy", "TOYS", "check_evidence"]
 
 
 def _orthogonal(rng: np.random.Generator, n: int, scale: float) -> np.ndarray:
@@ -114,3 +119,39 @@ def toy(name: str) -> dict[str, np.ndarray]:
         raise ValueError(f"toy expected one of {sorted(TOYS)}, got {name!r}")
     rng = np.random.default_rng(sorted(TOYS).index(name) + 7)
     return {k: np.asarray(v) for k, v in TOYS[name](rng).items()}
+
+
+def _json_problem(value: object, where: str) -> str | None:
+    """Where `value` stops being plain JSON data, or None."""
+    if value is None or isinstance(value, bool | str | int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} = {value!r} (not finite)"
+    if isinstance(value, list):
+        return next((p for i, v in enumerate(value) if (p := _json_problem(v, f"{where}[{i}]"))), None)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"{where} has the key {k!r} ({type(k).__name__}, not str)"
+            if p := _json_problem(v, f"{where}[{k!r}]"):
+                return p
+        return None
+    return f"{where} is a {type(value).__module__}.{type(value).__qualname__}"
+
+
+def check_evidence(check: str, evidence: object) -> dict:
+    """The evidence of one check, returned as is once it is plain JSON data.
+
+    Args:
+      check: the check's name, e.g. "check_c01" (for the message).
+      evidence: what the check returned: a dict with str keys whose values are None, bool,
+        int, finite float, str, lists and dicts of them (no tuple, no array, no tensor, no
+        numpy scalar: each would change type or fail on the way to JSON).
+    Raises:
+      TypeError: naming the check and the first offending entry, expected and actual type.
+    """
+    if not isinstance(evidence, dict):
+        raise TypeError(f"{check}: evidence expected a dict, got {type(evidence).__name__}")
+    if problem := _json_problem(evidence, "evidence"):
+        raise TypeError(f"{check}: evidence expected plain JSON data, but {problem}")
+    return evidence
