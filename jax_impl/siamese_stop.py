@@ -1,0 +1,138 @@
+"""siamese_stop: BYOL's EMA target and SimSiam's stopped branch, the symmetric loss, one step.
+
+Gradient flow: loss -> predictor -> online network, never the target branch: BYOL's gradient
+is taken with respect to the online network and predictor only (an nnx.DiffState filter),
+SimSiam stops the online network's own projections; simsiam_no_stop lets the gradient through
+both branches. BYOL's target then moves by optax.incremental_update, written with nnx.update.
+Port note: jax.grad differentiates what it is asked to, so BYOL needs no stop_gradient once the
+target is outside the DiffState filter (its JAX reference keeps one "to indicate" it, calling
+it "not necessary"); torch needs torch.no_grad() there. SimSiam's target is the online network
+itself: its stop_gradient is needed in both frameworks.
+Shapes: B samples, D inputs, H hidden units, P projection dimensions.
+Reference: Grill et al. 2020, arXiv:2006.07733; Chen & He 2021, arXiv:2011.10566 (simsiam/builder.py).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from shared.core.checks import check_same_shape, check_variant
+
+__all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "run"]
+
+LEARNED = nnx.All(nnx.Param, nnx.Not(nnx.PathContains("target")))  # online and predictor
+
+
+class Network(nnx.Module):
+    """f(x [B, D]) [B, P] = l2(tanh(l1(x))): encoder and projector."""
+
+    def __init__(self, d: int, h: int, p: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
+        self.l2 = nnx.Linear(h, p, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l2(jnp.tanh(self.l1(x)))
+
+
+class Siamese(nnx.Module):
+    """online f_θ, predictor q [P, P], target f_ξ (BYOL's EMA copy; unused by SimSiam)."""
+
+    def __init__(self, d: int, h: int, p: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.online = Network(d, h, p, dtype, rngs)
+        self.predictor = nnx.Linear(p, p, param_dtype=dtype, rngs=rngs)
+        self.target = Network(d, h, p, dtype, rngs)
+
+
+def build_model(fx) -> Siamese:
+    """A Siamese model loaded with the fixture's canonical parameters."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    dims = fx.dims
+    return load_params(
+        nnx.eval_shape(lambda: Siamese(dims["D"], dims["H"], dims["P"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
+    )
+
+
+def targets(model: Siamese, z1: jax.Array, z2: jax.Array, views, variant: str) -> tuple[jax.Array, jax.Array]:
+    """(t1, t2) [B, P]: the target network's projections of the views (byol), or z1, z2 stopped (simsiam) or not."""
+    check_variant("siamese_stop", variant)
+    if variant == "byol":
+        return model.target(views[0]), model.target(views[1])  # outside the DiffState filter: not differentiated
+    if variant == "simsiam":
+        return jax.lax.stop_gradient(z1), jax.lax.stop_gradient(
+            z2
+        )  # GRAD-FLOW: SimSiam's target is the online projection, stopped
+    return z1, z2
+
+
+def symmetric_loss(p1, p2, t1, t2, variant: str) -> tuple[jax.Array, jax.Array]:
+    """(D(p1, t2), D(p2, t1)) of predictions and targets [B, P]: mean(2 − 2 cos) (BYOL) or ½·(−mean cos) (SimSiam).
+
+    Raises ValueError on an unknown variant or a shape mismatch. Reference: BYOL eq. 2; SimSiam eq. 1-2.
+    """
+    check_variant("siamese_stop", variant)
+    check_same_shape("symmetric_loss", p1=p1.shape, t2=t2.shape, p2=p2.shape, t1=t1.shape)
+    if variant == "byol":
+        return (2 - 2 * optax.cosine_similarity(p1, t2)).mean(), (2 - 2 * optax.cosine_similarity(p2, t1)).mean()
+    return -0.5 * optax.cosine_similarity(p1, t2).mean(), -0.5 * optax.cosine_similarity(p2, t1).mean()
+
+
+def ema_update(online: nnx.Module, target: nnx.Module, tau: float) -> nnx.Module:
+    """BYOL's ξ ← τ·ξ + (1 − τ)·θ, in place; returns target."""
+    online_p, target_p = nnx.state(online, nnx.Param), nnx.state(target, nnx.Param)
+    # GRAD-FLOW: the EMA target update is a parameter write, outside any graph
+    nnx.update(target, optax.incremental_update(new_tensors=online_p, old_tensors=target_p, step_size=1.0 - tau))
+    return target
+
+
+def _terms(model: Siamese, x1, x2, variant: str):
+    z1, z2 = model.online(x1), model.online(x2)
+    t1, t2 = targets(model, z1, z2, (x1, x2), variant)
+    return symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, variant)
+
+
+@functools.partial(nnx.jit, static_argnames="variant")
+def _step(model: Siamese, optimizer: nnx.Optimizer, x1, x2, tau, variant: str):
+    view_grads = {}
+    if variant != "byol":
+        for i, name in enumerate(("term12", "term21")):
+            view_grads[name] = jax.grad(lambda a, b, i=i: _terms(model, a, b, variant)[i], argnums=(0, 1))(x1, x2)
+    loss_fn = lambda m: sum(_terms(m, x1, x2, variant))
+    # GRAD-FLOW: the target branch is a constant for the online network (BYOL)
+    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, LEARNED))(model)
+    optimizer.update(model, grads)
+    if variant == "byol":
+        ema_update(model.online, model.target, tau)
+    return loss, grads, view_grads
+
+
+@scenario_run("siamese_stop")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; grads/<net>/<param> and params/<net>/<param> after one step for online, predictor
+    (and target for byol); view_grads/{term12,term21}/{x1,x2} [B, D] (simsiam variants)."""
+    model = build_model(fx)
+    before = params_of(model)
+    optimizer = nnx.Optimizer(
+        model, _sgd(fx.scalar("lr")), wrt=LEARNED
+    )  # GRAD-FLOW: the optimizer holds online and predictor only
+    loss, grads, view_grads = _step(model, optimizer, array(fx, "x1"), array(fx, "x2"), array(fx, "tau"), variant)
+    out = {}
+    for name, (g1, g2) in view_grads.items():
+        out.update({f"view_grads/{name}/x1": g1, f"view_grads/{name}/x2": g2})
+    nets = ("online", "predictor", "target") if variant == "byol" else ("online", "predictor")
+    out.update({f"grads/{k}": g for k, g in grads_of(grads, before).items() if k.split("/")[0] in nets})
+    out.update({f"params/{k}": v for k, v in params_of(model).items() if k.split("/")[0] in nets})
+    out["loss"] = numpy(loss)
+    return out
+
+
+@functools.cache
+def _sgd(lr: float) -> optax.GradientTransformation:
+    # one transformation per learning rate: it is static data of the optimizer's graph (a new one would recompile)
+    return optax.sgd(lr)
