@@ -2,7 +2,8 @@
 # make test   : the same venv, then the import-linter contracts (pyproject.toml) and the pytest suite
 # make selfcheck : mutation self-check (every gradient-control site removed must fail a test)
 # make site   : the static HTML reference in site/ (fresh run, figures, cheat sheet; bench plots if reports/bench.json exists)
-# make bench  : torch eager vs JAX jit step times, the cost of freezing, tbptt memory; table + reports/bench.json
+# make bench  : step times (torch eager, torch.compile, JAX jit, cached_partial, jit over nnx.split) at fixture and large
+#               sizes, the cost of freezing, tbptt memory; capped at 150 s (--budget); tables + reports/bench.json
 VENV    := .venv
 PYTHON  ?= python3
 PY      := $(VENV)/bin/python

@@ -1,15 +1,19 @@
-"""bench: what one jitted training step costs in JAX: freezing forms, the forward pass, truncated BPTT memory.
+"""bench: what one jitted training step costs in JAX: call overhead, freezing forms, the forward, BPTT memory.
 
 What it teaches: what stop_gradient and its alternatives buy at run time. A frozen backbone
 saves its backward, whichever way it is frozen; truncation saves memory only when each
-window has its own gradient (C11, C16).
+window has its own gradient (C11, C16). For speed a JAX user cuts the Python overhead of
+nnx.jit: `tuned_steps` gives a scenario's nnx.jit steps through nnx.cached_partial and as one
+pure jax.jit over nnx.split state, set against torch.compile in the torch twin.
 Gradient flow: frozen_backbone `full_finetune` all layers; `detach_features` (stop_gradient)
 and `freeze_params` (nnx.DiffState over the head) the head only. tbptt `windows` takes a
 value_and_grad per window inside a scan; `one_backward` stops the carry every k steps under
 one jax.grad of the summed loss.
 Port note: torch_impl/bench.py has torch's grad modes (no_grad, inference_mode); a jitted JAX
 forward records nothing to begin with, so `forward` is their one counterpart. Memory here
-is the compiled function's memory analysis, not a measured allocator peak.
+is the compiled function's memory analysis, not a measured allocator peak. nnx.jit walks
+its modules' object graph in Python on every call (flax 0.12); jax.jit of the split state
+does not.
 Shapes: frozen_backbone B samples, D inputs, H features, C classes; tbptt T, B, I, H, O.
 Reference: JAX docs, jax.stages.Compiled.memory_analysis and jax.lax.stop_gradient;
 Flax NNX docs, nnx.jit, nnx.DiffState and "Performance considerations" (nnx.cached_partial); Yosinski et al. 2014, arXiv:1411.1792.
@@ -28,8 +32,9 @@ from jax_impl import frozen_backbone, tbptt
 from jax_impl._common import array
 from shared.core.checks import check_truncation
 from shared.core.fixtures import require
+from shared.core.runner import impl
 
-__all__ = ["configure", "device", "dispatch_steps", "freezing_steps", "tbptt_step"]
+__all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
 FORMS = ("windows", "one_backward")
 
@@ -82,6 +87,123 @@ def _add_one(x: jax.Array) -> jax.Array:
 @nnx.jit
 def _add_one_with_state(model: frozen_backbone.Classifier, optimizer: nnx.Optimizer, x: jax.Array) -> jax.Array:
     return x + 1.0
+
+
+def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], jax.Array], Callable[[], dict]] | str]:
+    """The scenario's step without nnx.jit's per-call overhead: {"jax_cached": ..., "jax_split": ...}.
+
+    Each value is (step, facts) or, for a step that has no nnx.jit call to tune, the reason.
+    `jax_cached`: the step's nnx.jit functions through nnx.cached_partial over their models and
+    optimizers (the graph traversal is cached); `jax_split`: one jax.jit of a pure function of
+    the nnx.split state that merges it, makes the same calls and returns the new state (the
+    Flax performance guide's functional form). Both start from the scenario's fixture as its
+    make_step does and return the same loss []; facts(): {"state_leaves": arrays carried}.
+    Raises ValueError unless fx is a float32 fixture of a scenario.
+    """
+    name = fx.scenario
+    require(fx, name, "float32", "tuned_steps")
+    if name not in _NNX_CALLS:
+        why = (
+            "already a jax.jit (of arrays or nnx.split state)"
+            if name in _PURE
+            else "not in jax_impl/bench.py's table of nnx.jit steps"
+        )
+        return {"jax_cached": f"{name}'s step is {why}: nothing to cache", "jax_split": f"{name}'s step is {why}"}
+    module, pick = impl("jax", name), _PICK.get(name, lambda out: out[0])
+    tuned = {}
+    for label, build in (("jax_cached", _cached), ("jax_split", _split)):
+        step, leaves = build(_NNX_CALLS[name](module, fx, variant), pick)
+        tuned[label] = (step, lambda n=leaves: {"state_leaves": n})
+    return tuned
+
+
+def _cached(calls, pick):
+    cached = [(nnx.cached_partial(fn, *nodes), args, statics) for fn, nodes, args, statics in calls]
+    leaves = len(jax.tree.leaves(nnx.state(tuple(n for _, nodes, _, _ in calls for n in nodes))))
+
+    def step() -> jax.Array:
+        losses = [pick(fn(*args, **statics)) for fn, args, statics in cached]
+        return jax.block_until_ready(sum(losses[1:], losses[0]))
+
+    return step, leaves
+
+
+def _split(calls, pick):
+    nodes = list({id(n): n for _, ns, _, _ in calls for n in ns}.values())  # each model or optimizer once
+    where = [[next(i for i, n in enumerate(nodes) if n is m) for m in ns] for _, ns, _, _ in calls]
+    graphdef, state = nnx.split(tuple(nodes))
+
+    @jax.jit
+    def pure(state, args):
+        objects = nnx.merge(graphdef, state)
+        losses = [
+            pick(fn(*(objects[i] for i in idx), *a, **statics))
+            for (fn, _, _, statics), idx, a in zip(calls, where, args, strict=True)
+        ]
+        return sum(losses[1:], losses[0]), nnx.state(objects)
+
+    args = [a for _, _, a, _ in calls]
+
+    def step() -> jax.Array:
+        nonlocal state
+        loss, state = jax.block_until_ready(pure(state, args))
+        return loss
+
+    return step, len(jax.tree.leaves(state))
+
+
+def _arrays(fx, *keys: str) -> tuple[jax.Array, ...]:
+    return tuple(array(fx, k) for k in keys)
+
+
+# scenario -> the nnx.jit calls of its make_step: [(function, models and optimizers, arrays, static kwargs)]
+_NNX_CALLS = {
+    "frozen_backbone": lambda m, fx, v: [
+        (
+            m.train_step,
+            (model := m.build_model(fx), m.make_optimizer(model, fx, v)),
+            _arrays(fx, "x", "labels"),
+            {"variant": v},
+        )
+    ],
+    "multitask": lambda m, fx, v: [
+        (m.loss_and_grads, (m.build_model(fx),), _arrays(fx, "x", "y1", "labels"), {"variant": v})
+    ],
+    "dqn_target": lambda m, fx, v: [
+        (
+            m.train_step,
+            (*(nets := m.build_networks(fx)), nnx.Optimizer(nets[0], optax.sgd(fx.scalar("lr")), wrt=nnx.Param)),
+            ({k: array(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}, array(fx, "gamma")),
+            {"variant": v},
+        )
+    ],
+    "actor_critic": lambda m, fx, v: [
+        (
+            m._step,
+            (m.build_model(fx),),
+            ({k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}, *_arrays(fx, "vf_coef", "ent_coef")),
+            {"variant": v},
+        )
+    ],
+    "attention_detach": lambda m, fx, v: [
+        (m._grads, (m.build_model(fx),), _arrays(fx, "x", "mask", "target"), {"variant": v})
+    ],
+    "gan": lambda m, fx, v: [
+        (
+            m.discriminator_step,
+            (model := m.build_model(fx), (opts := m.make_optimizers(model, fx))[0]),
+            _arrays(fx, "real", "z"),
+            {"variant": v},
+        ),
+        (m.generator_step, (model, opts[1]), _arrays(fx, "z"), {}),
+    ],
+    "no_grad_inference": lambda m, fx, v: [
+        (m.validate, (m.build_model(fx),), _arrays(fx, "x", "labels"), {"variant": v})
+    ],
+    "feature_stats": lambda m, fx, v: [(m.train_step, (m.build_model(fx),), _arrays(fx, "x", "y"), {"variant": v})],
+}
+_PICK = {"attention_detach": lambda out: out[0][0], "no_grad_inference": lambda out: out[1]}  # where the loss is
+_PURE = {"basics", "linear_regression", "maml", "tbptt", "grad_clipping", "mixed_precision", "data_vs_detach"}
 
 
 def freezing_steps(fx) -> dict[str, Callable[[], jax.Array]]:

@@ -1,7 +1,9 @@
-"""bench: the JSON of a quick run (structure and memory facts, never speed), the timing loop, bad input.
+"""bench: the JSON of a quick run (structure and memory facts, never speed), the columns, the time cap, bad input.
 
 Speed is measured by `detach-parity bench`, not asserted: these tests check what the bench
-reports and the facts that do not depend on the machine (which memory grows with T).
+reports (five columns per step, at two sizes; a compile that fails is a reason, not a crash;
+a time budget cuts rounds, never the payload) and the facts that do not depend on the machine
+(which memory grows with T).
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import weakref
 from pathlib import Path
 
@@ -16,6 +19,7 @@ import numpy as np
 import pytest
 
 from shared.apps import bench, cli, site
+from shared.apps.bench import steps as bench_steps
 from shared.apps.common import write_json
 from shared.core import fixtures
 from shared.scenarios.frozen_backbone import PARAMS as FB_PARAMS
@@ -24,13 +28,13 @@ from shared.scenarios.tbptt import oracle as tbptt_oracle
 
 QUICK = bench.SIZES["quick"]
 pytestmark = pytest.mark.xdist_group("bench")  # one worker runs the quick bench once for every test here
+QUICK_ARGV = ["bench", "basics", "frozen_backbone", "tbptt", "--quick", "--repeats", "2", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
 def quick_json(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("bench") / "bench.json"
-    argv = ["bench", "basics", "frozen_backbone", "tbptt", "--quick", "--repeats", "2", "--threads", "1"]
-    assert cli.main([*argv, "--quiet", "--json", str(path)]) == 0
+    assert cli.main([*QUICK_ARGV, "--quiet", "--json", str(path)]) == 0
     return path
 
 
@@ -42,9 +46,11 @@ def quick(quick_json: Path) -> dict:
 def test_quick_run_reports_machine_settings_and_every_scenario(quick: dict) -> None:
     m = quick["machine"]
     assert m["threads"] == 1 and len(m["cpus_used"]) == 1 and m["cpus_available"] >= 1
+    assert m["threads_chosen"].startswith("--threads 1 of")
     assert m["devices"]["torch"]["threads"] == m["devices"]["jax"]["threads"] == 1
-    assert "no CUDA device" in m["note"] and m["jax_backend"] == "cpu"
-    assert quick["settings"] == {
+    assert "no CUDA device" in m["note"] and m["jax_backend"] == "cpu" and m["accelerator"] == "cpu"
+    s = quick["settings"]
+    assert {k: s[k] for k in ("repeats", "tbptt_repeats", "mode", "dtype", "target_block_s", "noisy_above")} == {
         "repeats": 2,
         "tbptt_repeats": 2,
         "mode": "quick",
@@ -52,21 +58,61 @@ def test_quick_run_reports_machine_settings_and_every_scenario(quick: dict) -> N
         "target_block_s": 0.0,
         "noisy_above": bench.NOISY,
     }
+    assert (
+        s["budget_s"] == bench.SIZES["quick"]["budget_s"] and s["capped"] == 0 and s["min_rounds"] == bench.MIN_ROUNDS
+    )
+    assert 0 < s["measuring_s"] < quick["seconds"]
     assert len(m["load_average_before"]) == len(m["load_average_after"]) == 3
     assert quick["glossary"] == bench.GLOSSARY and "jax_over_torch" in quick["glossary"]
-    assert list(quick["scenarios"]) == ["basics", "frozen_backbone", "tbptt"]
+    assert list(quick["scenarios"]) == ["basics", "frozen_backbone", "tbptt"] and "errors" not in quick
     for name, r in quick["scenarios"].items():
         assert r["variant"] == {"basics": "z_stopped", "frozen_backbone": "freeze_params", "tbptt": "k=1"}[name]
-        for fw in ("torch", "jax"):
-            s = r[fw]
-            assert s["n"] == 2 and s["inner"] == 1 and s["first_call_s"] > 0
-            assert 0 < s["min_s"] <= s["p25_s"] <= s["median_s"] <= s["p75_s"]
-            assert s["spread"] == pytest.approx((s["p75_s"] - s["p25_s"]) / s["median_s"])
-            assert s["noisy"] == (s["spread"] > bench.NOISY)
+        assert set(r) >= {"torch", "jax"} and set(bench.TUNED) <= set(r) | set(r["unavailable"]), name
+        for col in [c for c in bench.COLUMNS if c in r]:
+            st = r[col]
+            assert st["n"] == 2 and not st["capped"] and st["inner"] == 1 and st["first_call_s"] > 0
+            assert 0 < st["min_s"] <= st["p25_s"] <= st["median_s"] <= st["p75_s"]
+            assert st["spread"] == pytest.approx((st["p75_s"] - st["p25_s"]) / st["median_s"])
+            assert st["noisy"] == (st["spread"] > bench.NOISY)
+            if col != "torch":
+                assert r["ratios"][col] == pytest.approx(st["median_s"] / r["torch"]["median_s"])
         assert r["jax_over_torch"] == pytest.approx(r["jax"]["median_s"] / r["torch"]["median_s"])
+        best = {fw: min((c for c in r if c in bench.COLUMNS and c.startswith(fw)), key=lambda c: r[c]["median_s"])
+                for fw in ("torch", "jax")}  # fmt: skip
+        assert {k: r["best"][k] for k in ("torch", "jax")} == best
+        assert r["best"]["jax_over_torch"] == pytest.approx(r[best["jax"]]["median_s"] / r[best["torch"]]["median_s"])
     assert quick["versions"]["torch"].startswith("2.13")
     assert set(quick["overhead"]) == {"eager_op", "jit_call", "nnx_jit_call", "nnx_cached_partial_call"}
     assert all(r["median_s"] > 0 and r["n"] == 2 for r in quick["overhead"].values())
+    bench.check_payload(quick)
+
+
+def test_the_columns_a_user_would_pick(quick: dict) -> None:
+    """torch.compile where the step compiles; cached_partial and jit(split) for nnx.jit steps; reasons elsewhere."""
+    basics, fb, tb = (quick["scenarios"][n] for n in ("basics", "frozen_backbone", "tbptt"))
+    for row in (basics, fb):  # compiled, and its first loss was the eager step's (else it would be unavailable)
+        assert row["torch_compile"]["graphs"] >= 1 and row["torch_compile"]["graph_breaks"] >= 1  # backward() splits
+    assert set(fb) >= set(bench.COLUMNS) and not fb["unavailable"]  # frozen_backbone's JAX step is an nnx.jit
+    assert fb["jax_cached"]["state_leaves"] == fb["jax_split"]["state_leaves"] == 12  # 6 params + AdamW's moments
+    for row in (basics, tb):  # already a jax.jit of arrays: nothing to tune, and the row says so
+        assert "jax_cached" not in row and "already a jax.jit" in row["unavailable"]["jax_cached"]
+        assert "jax_split" not in row and "already a jax.jit" in row["unavailable"]["jax_split"]
+    compiled = tb.get("torch_compile")  # torch 2.13: a backward per window over one compiled forward fails
+    assert compiled or tb["unavailable"]["torch_compile"].startswith("RuntimeError on the first call, after ")
+
+
+def test_large_sizes_run_the_same_steps_and_report_both_ratios(quick: dict) -> None:
+    large = quick["large"]
+    assert list(large) == ["frozen_backbone"]  # the named scenarios that have a large size in quick mode
+    row, dims = large["frozen_backbone"], bench.SIZES["quick"]["large"]["frozen_backbone"]
+    assert row["dims"] == dims and row["fields"]["x"] == [dims["B"], dims["D"]] and row["case"] == "bench"
+    assert row["fields"]["params/backbone/l2/kernel"] == [dims["H"], dims["H"]]
+    assert set(row) >= set(bench.COLUMNS) and row["variant"] == "freeze_params"
+    md = bench.markdown(quick)
+    assert "### JAX / torch at both sizes" in md
+    small = quick["scenarios"]["frozen_backbone"]
+    both = f"| `frozen_backbone` | {small['jax_over_torch']:.2f}× | {row['jax_over_torch']:.2f}× |"
+    assert both in md
 
 
 def test_freezing_section_compares_with_the_ideal_and_names_c16(quick: dict) -> None:
@@ -114,8 +160,11 @@ def test_interleaves_rounds_and_times_the_first_call_apart() -> None:
     out = bench.interleaved(steps, repeats=3, target_s=0.0)
     assert calls == ["a", "a", "b", "b"] + ["a", "b"] * 3  # first call + calibration each, then A B A B A B
     assert set(out) == {"a", "b"} and all(
-        r["n"] == 3 and r["inner"] == 1 and r["first_call_s"] > 0 for r in out.values()
+        r["n"] == 3 and r["inner"] == 1 and r["first_call_s"] > 0 and not r["capped"] for r in out.values()
     )
+    calls.clear()  # a first call the caller already made (a probe) is not made again
+    out = bench.interleaved(steps, repeats=1, target_s=0.0, first_call_s={"a": 2.5})
+    assert calls == ["a", "b", "b", "a", "b"] and out["a"]["first_call_s"] == 2.5
     with pytest.raises(ValueError, match="repeats expected an integer >= 1, got 0"):
         bench.interleaved(steps, repeats=0, target_s=0.0)
     with pytest.raises(ValueError, match="steps expected at least one step to time, got none"):
@@ -127,6 +176,34 @@ def test_interleaves_rounds_and_times_the_first_call_apart() -> None:
         bench.interleaved(steps, repeats=1.5, target_s=0.0)
     with pytest.raises(ValueError, match="steps expected a mapping of label to callable, got list"):
         bench.interleaved([steps["a"]], repeats=1, target_s=0.0)
+
+
+def test_a_passed_deadline_keeps_min_rounds_and_says_capped() -> None:
+    import time
+
+    calls: list[str] = []
+    steps = {"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}
+    out = bench.interleaved(steps, repeats=50, target_s=0.0, deadline=time.monotonic() - 1)
+    assert all(r["n"] == bench.MIN_ROUNDS and r["capped"] for r in out.values())
+    assert len(calls) == 2 * (2 + bench.MIN_ROUNDS)
+    out = bench.interleaved(steps, repeats=2, target_s=0.0, deadline=time.monotonic() - 1)  # fewer asked: all kept
+    assert all(r["n"] == 2 and not r["capped"] for r in out.values())
+    out = bench.interleaved(steps, repeats=4, target_s=0.0, deadline=time.monotonic() + 60)
+    assert all(r["n"] == 4 and not r["capped"] for r in out.values())
+
+
+def test_budget_shares_what_is_left_between_phases_and_items() -> None:
+    import time
+
+    b = bench.Budget(100.0, {"one": 1.0, "two": 3.0})
+    end = b.phase("one")
+    assert end - time.monotonic() == pytest.approx(25.0, abs=0.5)  # a quarter of what is left
+    assert b.item(5) - time.monotonic() == pytest.approx(5.0, abs=0.5)  # a fifth of the phase per item
+    assert b.phase("two") - time.monotonic() == pytest.approx(100.0, abs=0.5)  # the last phase gets the rest
+    assert 0 < b.left() <= 100 and b.elapsed() >= 0
+    for bad in (0, -1.0, float("inf"), True):
+        with pytest.raises(ValueError, match="budget: total_s expected a finite number of seconds > 0"):
+            bench.Budget(bad, {})
 
 
 def test_slope_is_least_squares_and_refuses_one_point() -> None:
@@ -141,10 +218,36 @@ def test_slope_is_least_squares_and_refuses_one_point() -> None:
 def test_run_refuses_bad_python_arguments_before_starting_a_worker() -> None:
     with pytest.raises(ValueError, match="scenarios expected a list of names, got the string 'basics'"):
         bench.run("basics")
-    with pytest.raises(ValueError, match="repeats expected an integer >= 1, got 1.5"):
+    with pytest.raises(ValueError, match=r"repeats expected an integer in \[1, 1000\], got 1.5"):
         bench.run(["basics"], repeats=1.5)
+    with pytest.raises(ValueError, match=r"repeats expected an integer in \[1, 1000\], got 1001"):
+        bench.run(["basics"], repeats=1001)
+    with pytest.raises(ValueError, match=r"budget expected seconds in \[1, 3600\], got 0.5"):
+        bench.run(["basics"], budget_s=0.5)
     with pytest.raises(ValueError, match="threads expected 1..[0-9]+ .*got True"):
         bench.run(["basics"], threads=True)
+
+
+def test_threads_default_to_the_cpus_no_other_process_keeps_busy(monkeypatch) -> None:
+    from shared.apps.bench import cli as bench_cli
+
+    cpus = len(bench.available_cpus())
+    busy = bench_cli._busy_cpus(0.05)  # what the bench reads: a share of the machine's CPUs
+    assert busy is None or 0 <= busy <= (os.cpu_count() or 1) + 1e-9
+    monkeypatch.setattr(bench_cli, "_busy_cpus", lambda: 1.2)  # one other process spinning, and a little more
+    chosen = max(1, cpus - 1)
+    assert bench.choose_threads(None) == (
+        chosen,
+        f"auto: {chosen} of {cpus} CPUs, 1.2 CPU(s) busy with other work before the run",
+    )
+    monkeypatch.setattr(bench_cli, "_busy_cpus", lambda: 99.0)
+    assert bench.choose_threads(None)[0] == 1  # never none
+    monkeypatch.setattr(bench_cli, "_busy_cpus", lambda: None)
+    assert bench.choose_threads(None) == (
+        cpus,
+        f"all {cpus} CPUs (/proc/stat unreadable: the load of other processes unknown)",
+    )
+    assert bench.choose_threads(1) == (1, f"--threads 1 of {cpus} CPUs")
 
 
 def test_sigterm_to_bench_also_ends_its_worker() -> None:
@@ -156,7 +259,19 @@ def test_sigterm_to_bench_also_ends_its_worker() -> None:
     import time
 
     root = Path(__file__).resolve().parent.parent
-    argv = [sys.executable, "-m", "shared.apps.cli", "bench", "basics", "--quick", "--repeats", "100000000", "--quiet"]
+    argv = [
+        sys.executable,
+        "-m",
+        "shared.apps.cli",
+        "bench",
+        "basics",
+        "--quick",
+        "--repeats",
+        "1000",
+        "--budget",
+        "3600",
+        "--quiet",
+    ]
     parent = subprocess.Popen(argv, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def children() -> list[int]:
@@ -204,11 +319,25 @@ def test_bad_scenario_or_threads_exit_2_before_measuring(argv: list[str], messag
     assert message in " ".join(capsys.readouterr().err.split())  # on stderr, as every subcommand's errors
 
 
-def test_bad_repeats_exit_2(capsys) -> None:
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--repeats", "0"],
+            "argument --repeats: expected an integer in [1, 1000] (more rounds change no median), got 0",
+        ),
+        (
+            ["--repeats", "1001"],
+            "argument --repeats: expected an integer in [1, 1000] (more rounds change no median), got 1001",
+        ),
+        (["--budget", "0"], "argument --budget: expected an integer in [1, 3600] (seconds), got 0"),
+    ],
+)
+def test_bad_repeats_or_budget_exit_2(argv: list[str], message: str, capsys) -> None:
     with pytest.raises(SystemExit) as exc:  # refused by argparse, before any measurement
-        cli.main(["bench", "--repeats", "0"])
+        cli.main(["bench", *argv])
     assert exc.value.code == 2
-    assert "argument --repeats: expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert message in " ".join(capsys.readouterr().err.split())
 
 
 def test_detach_frees_the_backbone_graph_before_backward() -> None:
@@ -240,7 +369,7 @@ def test_detach_frees_the_backbone_graph_before_backward() -> None:
             step()
         return peak[0]
 
-    steps = torch_bench.freezing_steps(bench._fixture("frozen_backbone", QUICK["freezing"]))
+    steps = torch_bench.freezing_steps(bench.fixture("frozen_backbone", QUICK["freezing"]))
     names = (*bench.FREEZING_VARIANTS, "no_grad_backbone", "head_step")
     for name in names:
         steps[name]()  # a first step: a second one must not backward through a freed graph
@@ -254,7 +383,7 @@ def test_torch_grad_modes_record_a_graph_only_with_grad_enabled() -> None:
 
     from torch_impl import bench as torch_bench
 
-    steps = torch_bench.freezing_steps(bench._fixture("frozen_backbone", QUICK["freezing"]))
+    steps = torch_bench.freezing_steps(bench.fixture("frozen_backbone", QUICK["freezing"]))
     out = {name: steps[name]() for name in ("forward_grad", "forward_no_grad", "forward_inference_mode")}
     assert out["forward_grad"].requires_grad and out["forward_grad"].grad_fn is not None
     assert not out["forward_no_grad"].requires_grad and not torch.is_inference(out["forward_no_grad"])
@@ -267,7 +396,7 @@ def test_freezing_steps_start_from_the_oracle_loss_in_both_frameworks() -> None:
     from jax_impl import bench as jax_bench
     from torch_impl import bench as torch_bench
 
-    fx = bench._fixture("frozen_backbone", QUICK["freezing"])
+    fx = bench.fixture("frozen_backbone", QUICK["freezing"])
     a = fx.float64()
     expect = cross_entropy(forward({k: a[f"params/{k}"] for k in FB_PARAMS}, a["x"]), a["labels"])
     for steps in (torch_bench.freezing_steps(fx), jax_bench.freezing_steps(fx)):
@@ -284,7 +413,7 @@ def test_tbptt_steps_return_the_same_loss_without_a_graph(form: str) -> None:
     from jax_impl import bench as jax_bench
     from torch_impl import bench as torch_bench
 
-    fx = bench._fixture("tbptt", {**{k: QUICK["tbptt"][k] for k in "BIHO"}, "T": 8})
+    fx = bench.fixture("tbptt", {**{k: QUICK["tbptt"][k] for k in "BIHO"}, "T": 8, "G": 3 * QUICK["tbptt"]["H"]})
     t_step, t_peak = torch_bench.tbptt_step(fx, form, 4)
     j_step, j_peak = jax_bench.tbptt_step(fx, form, 4)
     t_loss = t_step()
@@ -306,9 +435,20 @@ def test_tbptt_steps_return_the_same_loss_without_a_graph(form: str) -> None:
 
 
 def test_bench_fixtures_are_validated_float32() -> None:
-    fx = bench._fixture("tbptt", {**{k: QUICK["tbptt"][k] for k in "BIHO"}, "T": 8})
+    fx = bench.fixture("tbptt", {**{k: QUICK["tbptt"][k] for k in "BIHO"}, "T": 8, "G": 3 * QUICK["tbptt"]["H"]})
     assert fx.dtype == "float32" and fx.dims["T"] == 8 and fx.dims["G"] == 3 * QUICK["tbptt"]["H"]
     assert np.all(fx["h0"] == 0) and fx.case == "bench"
+    base = fixtures.make("maml", "float32")
+    fx = bench.fixture("maml", {"T": 3, "S": 5, "H": 6})
+    assert fx["support_x"].shape == (3, 5, 1) and fx["query_x"].shape == (3, base.dims["Q"], 1)  # Q kept
+    assert fx["inner_steps"] == base["inner_steps"] and fx["alpha"] == base["alpha"]  # scalars are the scenario's
+    assert np.all(fx["params/l1/bias"] == 0) and np.std(fx["params/l2/kernel"]) > 0
+    mask = bench.fixture("attention_detach", {"N": 6})["mask"]
+    assert np.array_equal(mask, np.tril(np.ones((6, 6), dtype=bool)))  # causal: no fully masked row
+    labels = bench.fixture("frozen_backbone", {"B": 64, "C": 3})["labels"]
+    assert labels.dtype == np.int64 and set(labels.tolist()) == {0, 1, 2}
+    with pytest.raises(ValueError, match=r"bench fixture 'maml': dims expected letters of .*got \['Z'\]"):
+        bench.fixture("maml", {"Z": 2})
 
 
 def test_site_shows_the_bench_tables_and_plots(quick_json: Path, quick: dict, tmp_path: Path) -> None:
@@ -321,7 +461,11 @@ def test_site_shows_the_bench_tables_and_plots(quick_json: Path, quick: dict, tm
     assert "detach speeds training up by 15–20 %" in html and quick["machine"]["cpu"] in html
     ratio = quick["scenarios"]["tbptt"]["jax_over_torch"]
     assert f"{ratio:.2f}×" in html
-    assert f"{quick['overhead']['nnx_jit_call']['median_s'] * 1e6:.1f} µs" in html
+    o = quick["overhead"]
+    assert f"{o['nnx_jit_call']['median_s'] / o['eager_op']['median_s']:.1f}× (it traverses" in html
+    assert 'id="bench-device"' in html and "No CUDA GPU was available" in html and 'id="table-bench-large"' in html
+    assert not re.search(r"\d ms\b|\d µs\b", html), "a CPU run quotes step times as ratios only"
+    assert "torch.compile — <code>tbptt</code>" in html or "torch_compile" in quick["scenarios"]["tbptt"]
     growth = quick["tbptt_memory"]["growth"]["torch windows k=4"]
     assert f'<td>torch windows k=4</td><td class="num">{growth["peak_ratio"]:.2f}×</td>' in html
 
@@ -355,6 +499,15 @@ DELETE = object()
         ),
         ("freezing.summary", DELETE, "field payload.freezing.summary expected an object, got nothing (missing)"),
         ("overhead", {}, "field payload.overhead.eager_op expected an object, got nothing (missing)"),
+        ("machine.accelerator", DELETE, "field payload.machine.accelerator expected a string, got nothing (missing)"),
+        ("settings.capped", "3", "field payload.settings.capped expected an integer, got '3'"),
+        (
+            "scenarios.frozen_backbone.torch_compile",
+            DELETE,
+            "field payload.scenarios.frozen_backbone.torch_compile expected timings, or a reason in "
+            "unavailable.torch_compile, got neither",
+        ),
+        ("large.frozen_backbone.dims", {}, "field payload.large.frozen_backbone.dims expected a non-empty object"),
         ("scenarios", {}, "field payload.scenarios expected a non-empty object, got {}"),
         ("tbptt_memory.rows", [], "field payload.tbptt_memory.rows expected a non-empty list, got []"),
         ("versions", DELETE, "field payload.versions expected a non-empty object, got nothing (missing)"),
@@ -384,7 +537,7 @@ def test_a_failed_measuring_process_exits_1_and_keeps_the_previous_json(monkeypa
 
     previous = tmp_path / "bench.json"
     previous.write_text('{"kept": true}\n', encoding="utf-8")
-    monkeypatch.setattr(bench.subprocess, "Popen", Failed)
+    monkeypatch.setattr(bench.cli.subprocess, "Popen", Failed)
     assert cli.main(["bench", "basics", "--quiet", "--json", str(previous)]) == 1
     err = " ".join(capsys.readouterr().err.split())
     assert "the measuring process failed with exit code 3" in err and "was left as it was" in err
@@ -425,6 +578,135 @@ def test_a_worker_whose_parent_is_already_gone_exits_at_once() -> None:
     import subprocess
     import sys
 
-    code = "import time, shared.apps.bench as b; b._exit_with_parent(-1); time.sleep(30)"  # -1: never our parent
+    code = "import time, shared.apps.bench.worker as w; w.exit_with_parent(-1); time.sleep(30)"  # -1: never our parent
     root = Path(__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root, timeout=20, check=False).returncode == 1
+
+
+def test_a_tiny_time_budget_still_gives_a_complete_payload_with_fewer_rounds(tmp_path: Path, capsys) -> None:
+    """--budget 1: spent before the worker has started; every timing keeps MIN_ROUNDS, compiles are skipped, and it says so."""
+    path = tmp_path / "capped.json"
+    argv = ["bench", "basics", "frozen_backbone", "--quick", "--repeats", "50", "--budget", "1", "--threads", "1"]
+    assert cli.main([*argv, "--quiet", "--json", str(path)]) == 0
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    bench.check_payload(payload)  # complete and schema-valid
+    assert payload["settings"]["budget_s"] == 1.0 and list(payload["scenarios"]) == ["basics", "frozen_backbone"]
+    capped = bench.capped_timings(payload)
+    assert payload["settings"]["capped"] == len(capped) > 0 and "basics torch" in capped
+    for section in ("scenarios", "large"):
+        for row in payload[section].values():
+            assert all(row[c]["n"] == bench.MIN_ROUNDS and row[c]["capped"] for c in bench.COLUMNS if c in row)
+            assert row["unavailable"]["torch_compile"].startswith("not compiled: the time budget (--budget) was spent")
+    assert all(r["n"] == bench.MIN_ROUNDS for r in payload["freezing"]["torch"].values())
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"time cap: {len(capped)} timing(s) got fewer than 50 rounds (at least {bench.MIN_ROUNDS})" in out
+    assert "No CUDA GPU was available" in out
+    assert f"{len(capped)} timing(s) got fewer rounds than 50: the time budget ran out." in bench.markdown(payload)
+
+
+class _Fake:
+    """A stand-in for the pairs (torch, jax and their bench modules): steps returning fixed losses."""
+
+    def __init__(self, losses: dict[str, float], broken: tuple[str, ...] = ()) -> None:
+        self.losses, self.broken = losses, broken
+
+    def impl(self, framework: str, module: str):
+        fake = self
+
+        class Module:
+            @staticmethod
+            def make_step(fx, variant):
+                return fake._step(framework)
+
+            @staticmethod
+            def tuned_steps(fx, variant):
+                cols = ("torch_compile",) if framework == "torch" else ("jax_cached", "jax_split")
+                return {c: (fake._step(c), lambda: {"fact": 1}) for c in cols}
+
+        return Module
+
+    def _step(self, col: str):
+        def step():
+            if col in self.broken:
+                raise RuntimeError("cannot compile this. And more text")
+            return self.losses[col]
+
+        return step
+
+
+def test_a_tuned_step_that_fails_or_disagrees_is_a_reason_never_a_crash(monkeypatch) -> None:
+    fake = _Fake(
+        {"torch": 1.0, "jax": 1.0, "torch_compile": 1.0, "jax_cached": 1.5, "jax_split": 1.0}, ("torch_compile",)
+    )
+    monkeypatch.setattr(bench_steps, "impl", fake.impl)
+    fx = fixtures.make("basics", "float32")
+    row = bench_steps.step_row(fx, "z_stopped", repeats=2, target_s=0.0, deadline=float("inf"))
+    assert set(row["unavailable"]) == {"torch_compile", "jax_cached"}
+    assert row["unavailable"]["torch_compile"].startswith("RuntimeError on the first call, after ")
+    assert row["unavailable"]["torch_compile"].endswith(": cannot compile this")  # its first sentence
+    assert row["unavailable"]["jax_cached"] == "its first loss 1.5 is not the plain step's 1.0"
+    assert "jax_split" in row and row["jax_split"]["fact"] == 1 and set(row["ratios"]) == {"jax", "jax_split"}
+    row = bench_steps.step_row(fx, "z_stopped", repeats=2, target_s=0.0, deadline=float("inf"), compile_ok=False)
+    assert "not compiled: the time budget" in row["unavailable"]["torch_compile"]
+    fake.broken = ("torch",)  # a plain step that fails is the scenario's bug: raised (the worker records it)
+    with pytest.raises(RuntimeError, match="cannot compile this"):
+        bench_steps.step_row(fx, "z_stopped", repeats=2, target_s=0.0, deadline=float("inf"))
+
+
+@pytest.mark.parametrize("name", ["dqn_target", "attention_detach", "gan", "no_grad_inference"])
+def test_jax_tuned_steps_take_the_same_steps_as_make_step(name: str) -> None:
+    """cached_partial and jit over nnx.split: the same losses, call after call (so the state advances the same way)."""
+    from jax_impl import bench as jax_bench
+    from shared.core.registry import get
+    from shared.core.runner import impl
+
+    spec = get(name)
+    fx = fixtures.make(name, "float32", case=spec.cases[0])
+    plain = impl("jax", name).make_step(fx, spec.variants[0])
+    tuned = jax_bench.tuned_steps(fx, spec.variants[0])
+    expect = [float(plain()) for _ in range(2)]
+    for col in ("jax_cached", "jax_split"):
+        step, facts = tuned[col]
+        assert [float(step()) for _ in range(2)] == expect, col
+        assert facts()["state_leaves"] > 0
+    assert (
+        "already a jax.jit"
+        in jax_bench.tuned_steps(fixtures.make("maml", "float32", case="n1"), "first_order")["jax_split"]
+    )
+    with pytest.raises(ValueError, match="tuned_steps: fx expected a float32 Fixture of 'basics', got a float64"):
+        jax_bench.tuned_steps(fixtures.make("basics", "float64"), "z_stopped")
+
+
+def test_a_gpu_payload_is_shown_apart_with_absolute_times(quick: dict, tmp_path: Path) -> None:
+    gpu = _broken(quick, "machine.accelerator", "cuda")
+    gpu["machine"]["devices"]["torch"]["device"] = "cuda:0 (NVIDIA H100)"
+    cpu_md, gpu_md = bench.markdown(quick), bench.markdown(gpu)
+    assert cpu_md.startswith("## CPU: ") and "(ratios measured in one run)" in cpu_md
+    assert not re.search(r"\d ms\b", cpu_md) and "No CUDA GPU was available" in cpu_md
+    assert gpu_md.startswith("## GPU: cuda:0 (NVIDIA H100) (absolute times)") and re.search(r"\d ms \(", gpu_md)
+    assert "No CUDA GPU" not in gpu_md and "Measured on cuda:0 (NVIDIA H100)." in gpu_md
+    assert "the CPU only" in bench.summary(quick) and "a CUDA GPU" in bench.summary(gpu)
+    (tmp_path / "figures").mkdir()
+    html = site.render_bench(site.environment(), gpu, tmp_path)
+    assert "<strong>GPU run</strong>" in html and "GPU: training step per scenario" in html
+    assert re.search(r"\d ms", html) and "No CUDA GPU" not in html
+
+
+def test_progress_shows_the_time_the_budget_has_left() -> None:
+    import io
+
+    from rich.console import Console
+
+    from shared.apps.bench.progress import BenchProgress
+
+    console = Console(file=io.StringIO(), width=200)  # not a terminal: one plain line per item
+    with BenchProgress(2, bench.Budget(60.0, {}), console=console) as progress:
+        progress.step("per-call overhead")
+        progress.step("basics")
+    lines = console.file.getvalue().splitlines()
+    assert re.fullmatch(r"bench \[1/2\] per-call overhead \(≈(59|60) s left\)", lines[0]), lines
+    assert lines[1].startswith("bench [2/2] basics (≈")
+    quiet = Console(file=io.StringIO())
+    with BenchProgress(1, bench.Budget(1.0, {}), quiet=True, console=quiet) as progress:
+        progress.step("x")
+    assert quiet.file.getvalue() == ""

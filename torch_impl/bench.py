@@ -1,16 +1,20 @@
-"""bench: what one training step costs in PyTorch eager: freezing forms, grad modes, truncated BPTT memory.
+"""bench: what one training step costs in PyTorch: eager and torch.compile, freezing forms, grad modes, BPTT memory.
 
 What it teaches: what detach() and its alternatives buy at run time. A frozen backbone saves
 its backward, whichever way it is frozen; truncation saves memory only when backward runs
-per window (C11, C16).
+per window (C11, C16). For speed a torch user compiles: `tuned_steps` is torch.compile of a
+scenario's own step, set against the JAX twin's overhead-free forms of its steps.
 Gradient flow: frozen_backbone `full_finetune` all layers; `detach_features`, `freeze_params`
 and `no_grad_backbone` the head only. tbptt `windows` calls backward once per window;
 `one_backward` detaches the carry every k steps and calls backward once on the summed loss.
 Port note: the JAX twin (jax_impl/bench.py) jits every step and reads memory from the compiled
-function; torch has grad modes (no_grad, inference_mode) that JAX does not need.
+function; torch has grad modes (no_grad, inference_mode) that JAX does not need. torch.compile
+(TorchDynamo + inductor; torch 2.13) compiles on the first call, as jax.jit does, but splits a
+step at every backward() or autograd.grad call (graph breaks) and refuses double backward.
 Shapes: frozen_backbone B samples, D inputs, H features, C classes; tbptt T, B, I, H, O.
 Reference: PyTorch docs, "Autograd mechanics", torch.profiler (profile_memory=True),
-torch.cuda.max_memory_allocated; Yosinski et al. 2014, arXiv:1411.1792.
+torch.cuda.max_memory_allocated, "Introduction to torch.compile"; Ansel et al. 2024 (PyTorch 2,
+doi:10.1145/3620665.3640366); Yosinski et al. 2014, arXiv:1411.1792.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from torch import nn
 
 from shared.core.checks import check_truncation
 from shared.core.fixtures import require
+from shared.core.runner import impl
 from torch_impl import frozen_backbone, tbptt
 from torch_impl._common import tensor
 
-__all__ = ["configure", "device", "dispatch_steps", "freezing_steps", "tbptt_step"]
+__all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
 FORMS = ("windows", "one_backward")
 
@@ -37,9 +42,17 @@ def configure(threads: int) -> dict[str, object]:
     """Set this process up for measuring (the bench's fresh worker only) and say where torch runs.
 
     torch.set_num_threads(threads); float32 matmuls without TF32 (as JAX's "highest"
-    precision); with CUDA, tensors are created on the GPU. Returns device().
+    precision); with CUDA, tensors are created on the GPU; inductor compiles in this process
+    (no pool of compile workers to outlive it) and Dynamo's warnings about graph breaks stay
+    quiet (the bench counts the breaks). Returns device().
     """
+    import logging
+
+    import torch._inductor.config
+
     torch.set_num_threads(threads)
+    torch._inductor.config.compile_threads = 1
+    torch._logging.set_logs(dynamo=logging.ERROR, inductor=logging.ERROR)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if torch.cuda.is_available():
@@ -61,6 +74,33 @@ def dispatch_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
     """
     x = tensor(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
     return {"eager_op": _synced(lambda: x + 1.0)}
+
+
+def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], torch.Tensor], Callable[[], dict]] | str]:
+    """What a torch user reaches for when speed matters: {"torch_compile": (step, facts)}.
+
+    step: torch.compile(mode="default", dynamic=False) of the step that the scenario's own
+    make_step(fx, variant) returns (inductor: C++/OpenMP kernels on the CPU, Triton on a GPU);
+    its first call compiles, and a step that cannot be compiled raises there (the bench reports
+    it). Dynamo's caches are reset first, so each compile starts from nothing. facts(): the
+    graphs compiled and the graph breaks met so far (Dynamo's counters: every backward() and
+    autograd.grad call splits a step). fx: a float32 fixture of a scenario with a step.
+    Raises ValueError as that make_step.
+    """
+    from torch._dynamo.utils import counters
+
+    step = impl("torch", fx.scenario).make_step(fx, variant)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(step, mode="default", dynamic=False)
+
+    def facts() -> dict[str, int]:
+        return {
+            "graphs": int(counters["stats"]["unique_graphs"]),
+            "graph_breaks": sum(counters["graph_break"].values()),
+        }
+
+    return {"torch_compile": (_synced(compiled), facts)}
 
 
 def _sync() -> None:

@@ -3,8 +3,8 @@
 import json
 import sys
 
-from shared.apps.bench import _worker
+from shared.apps.bench.worker import main
 
 if len(sys.argv) != 4 or sys.argv[1] != "--worker":
     sys.exit("usage: python -m shared.apps.bench --worker CONFIG_JSON OUT_PATH (internal: run `detach-parity bench`)")
-_worker(json.loads(sys.argv[2]), sys.argv[3])
+main(json.loads(sys.argv[2]), sys.argv[3])

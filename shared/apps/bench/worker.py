@@ -1,0 +1,170 @@
+"""The bench's measuring process: a fresh interpreter (`python -m shared.apps.bench --worker`).
+
+Its CPU affinity and torch's thread count are set to the chosen threads before torch or JAX
+start, so both frameworks get the same cores; device set-up goes through each pair's
+`configure` (a CUDA device visible to both: the GPU, float32 matmuls without TF32). The work
+is shared out by a `Budget` ending at the time the command was given: phases and their items
+stop adding rounds at their share, so the whole command ends near its --budget.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import threading
+import time
+from collections.abc import Mapping
+
+from shared.apps.bench.freezing import freezing_section
+from shared.apps.bench.payload import GLOSSARY, capped_timings
+from shared.apps.bench.progress import BenchProgress
+from shared.apps.bench.sizes import SIZES, fixture
+from shared.apps.bench.steps import compile_allowed, overhead, step_row
+from shared.apps.bench.timing import MIN_ROUNDS, NOISY, Budget
+from shared.apps.bench.truncation import tbptt_points, tbptt_repeats, tbptt_section
+from shared.core import registry
+from shared.core.fixtures import make
+from shared.core.runner import impl
+
+__all__ = ["WEIGHTS", "available_cpus", "exit_with_parent", "pin", "main"]
+
+# each phase's share of the budget left when it starts (phases absent from a run drop out)
+WEIGHTS = {"overhead": 0.02, "scenarios": 0.33, "large": 0.35, "freezing": 0.12, "tbptt": 0.18}
+
+
+def available_cpus() -> list[int]:
+    """The CPU ids this process may run on (os.sched_getaffinity), sorted."""
+    return sorted(os.sched_getaffinity(0))
+
+
+def pin(threads: int) -> list[int]:
+    """Restrict this process to `threads` CPUs before torch and JAX start; returns their ids."""
+    cpus = available_cpus()[:threads]
+    os.sched_setaffinity(0, cpus)  # JAX sizes its CPU thread pool from this; torch is set by configure too
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    return cpus
+
+
+def exit_with_parent(parent: int) -> None:
+    """End this worker when the process that started it is gone (killed, say): never orphaned."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _machine(config: Mapping, cpus: list[int], cpus_available: int, devices: dict) -> dict:
+    cuda = devices["torch"]["cuda"] and devices["jax"]["cuda"]
+    if devices["torch"]["cuda"] != devices["jax"]["cuda"]:
+        note = "torch and JAX run on different devices here: the JAX/torch ratios compare devices, not frameworks"
+    elif cuda:
+        note = "CUDA device present: both frameworks ran on the GPU, float32 matmuls without TF32"
+    else:
+        note = "no CUDA device (torch.cuda.is_available() is False, jax.devices() is CPU): ran on the CPU"
+    return {
+        "cpu": _cpu_model(),
+        "load_average_before": list(os.getloadavg()),  # 1, 5, 15 min: > 0 means others were running
+        "cpus_available": cpus_available,
+        "cpus_used": cpus,
+        "threads": config["threads"],
+        "threads_chosen": config["threads_chosen"],
+        "devices": devices,
+        "accelerator": "cuda" if cuda else "cpu",
+        "note": note,
+        "jax_backend": devices["jax"]["backend"],
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
+
+
+def main(config: Mapping, out_path: str) -> None:
+    """Measure in this fresh interpreter and write the payload as JSON to out_path."""
+    exit_with_parent(config["parent"])  # the pid the parent sent: it may be gone before this line runs
+    cpus_available = len(available_cpus())
+    cpus = pin(config["threads"])
+    budget_s = config["budget_end"] - time.time()  # the budget counts from the command's start
+    names, sizes = config["scenarios"], SIZES[config["mode"]]
+    large = [n for n in names if n in sizes["large"]]
+    phases = {"overhead": 1, "scenarios": len(names), "large": len(large)}
+    phases |= {"freezing": 1} if config["freezing"] else {}
+    phases |= {"tbptt": len(tbptt_points(sizes["tbptt"]))} if config["tbptt"] else {}
+    budget = Budget(max(budget_s, 1e-3), {k: w for k, w in WEIGHTS.items() if phases.get(k)})
+    repeats, target_s = config["repeats"], sizes["target_s"]
+    devices = {fw: impl(fw, "bench").configure(config["threads"]) for fw in ("torch", "jax")}
+    payload = {
+        "machine": _machine(config, cpus, cpus_available, devices),
+        "settings": {
+            "repeats": repeats,
+            "tbptt_repeats": tbptt_repeats(repeats),
+            "mode": config["mode"],
+            "dtype": "float32",
+            "target_block_s": target_s,
+            "noisy_above": NOISY,
+            "budget_s": config["budget_s"],
+            "min_rounds": MIN_ROUNDS,
+            "torch_compile": "torch.compile(step, mode='default', dynamic=False): inductor",
+        },
+        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "glossary": GLOSSARY,
+    }
+    errors: dict[str, str] = {}
+    with BenchProgress(sum(phases.values()), budget, config["quiet"]) as progress:
+        budget.phase("overhead")
+        progress.step("per-call overhead")
+        payload["overhead"] = overhead(make("frozen_backbone", "float32", seed=0), repeats, target_s, budget.item(1))
+        for section in ("scenarios", "large"):
+            todo = names if section == "scenarios" else large
+            if not todo:
+                continue
+            budget.phase(section)
+            rows = payload[section] = {}
+            for i, name in enumerate(todo):
+                spec = registry.get(name)
+                progress.step(f"{name} ({'fixture size' if section == 'scenarios' else 'large'})")
+                deadline = budget.item(len(todo) - i)
+                if section == "scenarios":
+                    fx = make(name, "float32", seed=0, case=spec.cases[0])
+                else:
+                    fx = fixture(name, sizes["large"][name])
+                try:
+                    rows[name] = step_row(fx, spec.variants[0], repeats, target_s, deadline, compile_allowed(deadline))
+                except Exception as exc:  # noqa: BLE001 - one broken step must not lose the whole run
+                    errors[f"{section}/{name}"] = f"{type(exc).__name__}: {exc}"
+                    continue
+                if section == "large":
+                    rows[name]["dims"] = dict(sizes["large"][name])
+        if config["freezing"]:
+            budget.phase("freezing")
+            progress.step("frozen_backbone at bench size (C16)")
+            payload["freezing"] = freezing_section(sizes["freezing"], repeats, target_s, budget.item(1))
+        if config["tbptt"]:
+            budget.phase("tbptt")
+            payload["tbptt_memory"] = tbptt_section(
+                sizes["tbptt"], tbptt_repeats(repeats), target_s, budget.item, progress.step
+            )
+    for section in ("scenarios", "large"):
+        if not payload.get(section, True):
+            del payload[section]  # every row failed: errors says why
+    if errors:
+        payload["errors"] = errors
+    payload["settings"]["capped"] = len(capped_timings(payload))
+    payload["machine"]["load_average_after"] = list(os.getloadavg())
+    payload["settings"]["measuring_s"] = round(budget.elapsed(), 3)
+    with open(out_path, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh)
