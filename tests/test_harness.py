@@ -33,7 +33,7 @@ def test_identical_outputs_pass() -> None:
         (
             A,
             {**A, "grads/w": np.array([1.0, 2.0 + 1e-8])},
-            r"demo\[v\]\.grads\['w'\]: max\|torch-jax\| = 1e-08 > 2.01e-10",
+            r"demo\[v\]\.grads\['w'\]: \|torch-jax\| = 1e-08 > 2.01e-10 at \[1\] \(rtol=1e-10 atol=1e-12 per element",
         ),
         ({"n": np.zeros(0)}, {"n": np.zeros(0)}, r"empty array"),
         ({"a": np.array([1, 2])}, {"a": np.array([1, 3])}, r"exact comparison"),
@@ -126,3 +126,58 @@ def test_naive_variant_must_differ_only_where_declared(monkeypatch) -> None:
     monkeypatch.setattr(jp, "run", tp.run)
     same = run_case("p10_adam_weight_decay", "naive", "float64", case="handed")
     assert not same.ok and any("must differ there" in p for p in same.problems())
+
+
+# The tolerance rule (shared/core/parity.py's docstring): element-wise in float64, leaf-scaled below.
+F32 = Tolerance(rtol=2e-5, atol=1e-6)  # the float32 parity default
+F64 = Tolerance(rtol=1e-10, atol=1e-12)  # the float64 parity default
+WIDE, FLIPPED = [1e4, 1e-3], [1e4, -1e-3]  # a leaf spanning seven orders, its small element's sign flipped
+
+
+def test_float64_is_checked_element_by_element() -> None:
+    # the issue's example fails in float64 under either rule; a sign flip at 1e-13 of the leaf's scale
+    # passes the leaf-scaled bound (2e-9 <= 1e-12 + 1e-10 * 1e4) and fails element-wise
+    wide, flipped = {"g": np.array([1e4, 1e-9])}, {"g": np.array([1e4, -1e-9])}
+    c = compare(flipped, wide, F64, label="demo[v]", names=("jax", "torch"))
+    assert not c.ok and c.leaves[0].elementwise
+    assert re.search(r"\|jax-torch\| = 2e-09 > 1e-12 at \[1\] .* \|torch\| = 1e-09 there", c.problems[0])
+    assert compare(flipped, wide, F64, elementwise=False).ok
+    assert not compare({"g": np.array(FLIPPED)}, {"g": np.array(WIDE)}, F64).ok
+    # an element is held to its own size: 1e-14 off on 1e-3 passes (bound 1e-12 + 1e-13), 1e-11 off on 0 does not
+    assert compare({"g": np.array([1e4, 1e-3 + 1e-14])}, {"g": np.array(WIDE)}, F64).ok
+    assert not compare({"g": np.array([1e4, 1e-3, 1e-11])}, {"g": np.array([1e4, 1e-3, 0.0])}, F64).ok
+    assert c.used == pytest.approx(2e-9 / (1e-12 + 1e-10 * 1e-9))
+
+
+def test_float32_is_checked_against_the_leaf_scale_by_design() -> None:
+    a, b = {"g": np.array(FLIPPED, np.float32)}, {"g": np.array(WIDE, np.float32)}
+    c = compare(a, b, F32)
+    assert c.ok and not c.leaves[0].elementwise  # 2e-3 <= 1e-6 + 2e-5 * 1e4: below float32's resolution there
+    assert c.used == pytest.approx(2e-3 / (1e-6 + 2e-5 * 1e4), rel=1e-3)
+    assert not compare(a, b, F32, elementwise=True).ok  # the rule is the switch, not the numbers
+    assert not compare({"g": np.array([1e4, 0.3], np.float32)}, b, F32).ok  # above the leaf's bound: fails
+    # float32 framework output vs the float64 oracle: leaf-scaled too (the precision is float32's)
+    assert compare(a, {"g": np.array(WIDE)}, F32, check_dtype=False).ok
+
+
+def test_every_scenario_runs_in_float64() -> None:
+    """The premise of leaf-scaled float32: the same code is also held element-wise in float64."""
+    from shared.core import registry
+
+    assert all("float64" in registry.get(n).dtypes for n in registry.names())
+
+
+def test_non_string_keys_fail_and_never_crash() -> None:
+    one = np.array([1.0])
+    c = compare({1: one, "a": one}, {"a": one, (2, 3): one, "": one}, TOL, names=("torch", "jax"))
+    assert not c.ok and [leaf.key for leaf in c.leaves] == ["a"]
+    assert "output keys expected non-empty str, got ['1'] in torch" in c.problems[0]
+    assert "output keys expected non-empty str, got [\"''\", '(2, 3)'] in jax" in c.problems[1]
+    assert not compare({0: one}, {0: one}, TOL).ok  # the same bad keys on both sides: still a failure
+    assert check_pattern({7: one, "g": one}, [("g", "nonzero")]) == [
+        "outputs: output keys expected non-empty str, got ['7']"
+    ]
+    with pytest.raises(ValueError, match=r"nonfinite_ok expected str globs, got \[1\]"):
+        compare(A, A, TOL, nonfinite_ok=(1,))
+    with pytest.raises(ValueError, match=r"pattern rule: glob expected a str, got 3"):
+        check_pattern(A, [(3, "zero")])
