@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -12,23 +13,50 @@ from flax import nnx
 
 from shared.core.contracts import check_call, finish
 from shared.core.fixtures import Fixture, require
+from shared.core.schema import FLOAT_DTYPES
 
-__all__ = ["scenario_run", "scenario_step", "array", "numpy", "flat", "params_of", "load_params", "grads_of"]
+__all__ = [
+    "numerics",
+    "scenario_run",
+    "scenario_step",
+    "array",
+    "numpy",
+    "flat",
+    "params_of",
+    "load_params",
+    "grads_of",
+]
+
+
+@contextlib.contextmanager
+def numerics(dtype: str) -> Iterator[None]:
+    """Compute in `dtype` at full precision inside the block; the caller's settings are restored after.
+
+    x64 on for float64 and off for float32 (a float32 run really computes in float32
+    whatever the caller's jax_enable_x64), and jax_default_matmul_precision "highest"
+    (full float32 matmuls where an accelerator's default would take bfloat16 or TF32
+    passes), both through JAX's own context managers (thread-local, nothing global).
+    Raises ValueError for a dtype other than float32 / float64.
+    Reference: JAX docs, jax.default_matmul_precision and jax.enable_x64.
+    """
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"numerics: dtype expected one of {list(FLOAT_DTYPES)}, got {dtype!r}")
+    with jax.enable_x64(dtype == "float64"), jax.default_matmul_precision("highest"):
+        yield
 
 
 def scenario_run(scenario: str) -> Callable:
     """Decorate `run(fx, variant)`: check the arguments, compute in the fixture's dtype.
 
-    float64 needs `jax_enable_x64`; it is switched on only for the call (a context
-    manager, so it never leaks into other code), and off for float32 so that a
-    float32 run really computes in float32 whatever the global setting.
+    The call runs inside numerics(fx.dtype): x64 on for float64 and off for float32,
+    matmuls at "highest" precision, the caller's settings restored after.
     """
 
     def wrap(run: Callable) -> Callable:
         @functools.wraps(run)
         def checked(fx: Fixture, variant: str) -> dict[str, np.ndarray]:
             check_call(scenario, fx, variant)
-            with jax.enable_x64(fx.dtype == "float64"):
+            with numerics(fx.dtype):
                 out = run(fx, variant)
                 return finish(scenario, variant, {k: numpy(v) for k, v in out.items()})
 
@@ -44,8 +72,10 @@ def scenario_step(scenario: str) -> Callable:
     returns a zero-argument callable that performs exactly one step of what `run` trains or
     differentiates and returns that step's loss, a 0-d float32 jax.Array, before the step's
     update; every call takes one more step. The bench times it; tests/test_steps.py checks
-    it against the oracle's `step_loss`. JAX steps call the scenario's jitted functions (compiled on the first call) and
-    return after jax.block_until_ready on all they compute.
+    it against the oracle's `step_loss`. JAX steps call the scenario's jitted functions
+    (compiled on the first call) and return after jax.block_until_ready on all they compute.
+    Building and every call of the step run inside numerics("float32"), the caller's
+    settings restored after each.
     Raises ValueError unless fx is a float32 Fixture of `scenario` (float64 would need x64
     for the step's whole lifetime) and `variant` is registered.
     """
@@ -55,7 +85,15 @@ def scenario_step(scenario: str) -> Callable:
         def checked(fx: Fixture, variant: str) -> Callable[[], jax.Array]:
             require(fx, scenario, "float32", f"{scenario}.make_step")
             fx.spec.check_variant(variant)
-            return make_step(fx, variant)
+            with numerics(fx.dtype):
+                step = make_step(fx, variant)
+
+            @functools.wraps(step)
+            def scoped() -> jax.Array:
+                with numerics(fx.dtype):
+                    return step()
+
+            return scoped
 
         return checked
 

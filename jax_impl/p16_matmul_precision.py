@@ -3,7 +3,7 @@
 Gradient flow: loss = sum(g * (x @ W)) -> x and W (both differentiated).
 Port note: JAX's default float32 matmul may be one bfloat16 (TPU) or TF32 (GPU)
 pass, where torch computes full float32 (allow_tf32 = False). The package pins
-`jax_default_matmul_precision = "highest"` once, in jax_impl/__init__.py. The
+`jax_default_matmul_precision = "highest"` for every call, in jax_impl._common.numerics. The
 trap: on CPU both are exact, so "naive" cannot show the default itself; it
 EMULATES one bfloat16 pass (operands rounded to bfloat16, forward and backward,
 accumulated in the fixture dtype) to measure what the pin protects against.

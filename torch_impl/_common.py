@@ -2,30 +2,84 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from shared.core.contracts import check_call, finish
 from shared.core.fixtures import Fixture, require
+from shared.core.schema import FLOAT_DTYPES
 
-__all__ = ["scenario_run", "scenario_step", "tensor", "numpy", "grads_or_zeros"]
+__all__ = ["numerics", "scenario_run", "scenario_step", "tensor", "numpy", "grads_or_zeros"]
+
+_BACKENDS = torch.backends
+# the float32 precision of each operation (torch >= 2.9 API) that numerics pins to "ieee";
+# torch's legacy switches write only these entries, so saving them restores everything
+_FP32_PINNED = (
+    _BACKENDS.cuda.matmul,
+    _BACKENDS.cudnn.conv,
+    _BACKENDS.cudnn.rnn,
+    _BACKENDS.mkldnn.matmul,
+    _BACKENDS.mkldnn.conv,
+    _BACKENDS.mkldnn.rnn,
+)
+
+
+@contextlib.contextmanager
+def numerics(dtype: str) -> Iterator[None]:
+    """Compute at full float32 precision inside the block; the caller's settings are restored after.
+
+    Pins float32 matmuls, convolutions and RNNs to IEEE float32 on CUDA (no TF32: cuBLAS
+    and cuDNN) and on oneDNN (no bfloat16 passes), through both of torch's APIs (the
+    legacy `set_float32_matmul_precision("highest")` / `cudnn.allow_tf32 = False` and the
+    per-operation `fp32_precision`, which torch >= 2.9 requires to agree). The mirror of the
+    JAX twin's x64 switch and "highest" matmul precision: torch needs no dtype switch
+    (tensors keep the fixture's dtype), so `dtype` is only checked. Some 25 µs a call
+    (a dozen flag reads and writes; the JAX twin's context managers take some 9 µs).
+    Process-wide settings: not thread-safe (as torch's own flags). A caller whose two
+    APIs already disagree (torch then refuses to read the legacy flags) gets only the
+    per-operation settings pinned and restored.
+    Raises ValueError for a dtype other than float32 / float64.
+    Reference: PyTorch docs, "TensorFloat-32 (TF32) on Ampere (and later) devices".
+    """
+    if dtype not in FLOAT_DTYPES:
+        raise ValueError(f"numerics: dtype expected one of {list(FLOAT_DTYPES)}, got {dtype!r}")
+    saved = [setting.fp32_precision for setting in _FP32_PINNED]
+    try:
+        legacy = (torch.get_float32_matmul_precision(), _BACKENDS.cudnn.allow_tf32)
+    except RuntimeError:  # the caller mixed the two APIs; torch refuses to read the legacy view
+        legacy = None
+    try:
+        if legacy is not None:
+            torch.set_float32_matmul_precision("highest")  # also sets cuda and mkldnn matmul to "ieee"
+            _BACKENDS.cudnn.allow_tf32 = False
+        for setting in _FP32_PINNED:
+            setting.fp32_precision = "ieee"
+        yield
+    finally:
+        if legacy is not None:
+            torch.set_float32_matmul_precision(legacy[0])
+            _BACKENDS.cudnn.allow_tf32 = legacy[1]
+        for setting, value in zip(_FP32_PINNED, saved, strict=True):
+            setting.fp32_precision = value
 
 
 def scenario_run(scenario: str) -> Callable:
     """Decorate `run(fx, variant)`: check the arguments, return a flat dict of numpy arrays.
 
-    Torch needs no dtype switch: tensors keep the fixture's dtype (the JAX twin
-    enables x64 for float64 fixtures).
+    The call runs inside numerics(fx.dtype): full float32, the caller's settings restored
+    after; tensors keep the fixture's dtype (the JAX twin enables x64 for float64 fixtures).
     """
 
     def wrap(run: Callable) -> Callable:
         @functools.wraps(run)
         def checked(fx: Fixture, variant: str) -> dict[str, np.ndarray]:
             check_call(scenario, fx, variant)
-            return finish(scenario, variant, run(fx, variant))
+            with numerics(fx.dtype):
+                return finish(scenario, variant, run(fx, variant))
 
         return checked
 
@@ -39,8 +93,10 @@ def scenario_step(scenario: str) -> Callable:
     returns a zero-argument callable that performs exactly one step of what `run` trains or
     differentiates and returns that step's loss, a 0-d float32 torch.Tensor, before the step's
     update; every call takes one more step. The bench times it; tests/test_steps.py checks
-    it against the oracle's `step_loss`. Torch steps are eager: every call runs forward, backward and the update; the loss
-    comes back detached, so no step's graph outlives it.
+    it against the oracle's `step_loss`. Torch steps are eager: every call runs forward,
+    backward and the update; the loss comes back detached, so no step's graph outlives it.
+    Building and every call of the step run inside numerics("float32"), the caller's
+    settings restored after each.
     Raises ValueError unless fx is a float32 Fixture of `scenario` (float64 would need x64
     for the step's whole lifetime) and `variant` is registered.
     """
@@ -50,7 +106,15 @@ def scenario_step(scenario: str) -> Callable:
         def checked(fx: Fixture, variant: str) -> Callable[[], torch.Tensor]:
             require(fx, scenario, "float32", f"{scenario}.make_step")
             fx.spec.check_variant(variant)
-            return make_step(fx, variant)
+            with numerics(fx.dtype):
+                step = make_step(fx, variant)
+
+            @functools.wraps(step)
+            def scoped() -> torch.Tensor:
+                with numerics(fx.dtype):
+                    return step()
+
+            return scoped
 
         return checked
 

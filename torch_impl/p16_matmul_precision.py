@@ -2,10 +2,10 @@
 
 Gradient flow: loss = sum(g * (x @ W)) -> x and W (both differentiated).
 Port note: torch computes float32 matmuls in full float32 unless TF32 is allowed
-(`torch.backends.cuda.matmul.allow_tf32`, False by default and pinned in
-torch_impl/__init__.py). JAX's default may be one bfloat16 (TPU) or TF32 (GPU)
-pass: the package pins `jax_default_matmul_precision = "highest"` once, in
-jax_impl/__init__.py. The trap: on CPU both are exact, so an unpinned port
+(`torch.backends.cuda.matmul.allow_tf32`, False by default and pinned for every
+call by torch_impl._common.numerics). JAX's default may be one bfloat16 (TPU) or TF32 (GPU)
+pass: the package pins `jax_default_matmul_precision = "highest"` for every call, in
+jax_impl._common.numerics. The trap: on CPU both are exact, so an unpinned port
 passes every test here and drifts by ~1e-2 relative on an accelerator.
 Shapes: B rows, I inputs, O outputs.
 Reference: JAX docs, jax.default_matmul_precision; PyTorch docs, TF32 on Ampere.
