@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from shared.apps import cli, show, site
+from shared.apps.common import MARKER
 from shared.apps.site import figures
 from shared.core import registry
 from shared.core.runner import iter_cases
@@ -48,13 +50,18 @@ def _words(text: str) -> str:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("site")
-    assert cli.main(["site", *SCENARIOS, "--out", str(out), "--quiet"]) == 0
+    assert cli.main(["site", *SCENARIOS, SCENARIOS[0], "--out", str(out), "--quiet"]) == 0  # a repeat: one page
     return out
 
 
 def test_site_pages_and_every_link_resolves(built) -> None:
     pages = sorted(p.name for p in built.glob("*.html"))
     assert pages == sorted(["index.html", *(f"{n}.html" for n in SCENARIOS)])
+    # the marker lists exactly what the build wrote, so that the next build may replace it
+    marker = json.loads((built / MARKER).read_text(encoding="utf-8"))
+    assert sorted(marker["files"]) == sorted(
+        p.relative_to(built).as_posix() for p in built.rglob("*") if p.is_file() and p.name != MARKER
+    )
     checked = 0
     for page in built.glob("*.html"):
         for link in _parse(page).links:
@@ -141,7 +148,8 @@ def test_site_marks_a_failing_case_and_exits_1(monkeypatch, tmp_path, capsys) ->
     real = basics.run
     monkeypatch.setattr(basics, "run", lambda fx, v: {**real(fx, v), "z": real(fx, v)["z"] + 1e-3})
     assert cli.main(["site", "basics", "--out", str(tmp_path), "--quiet"]) == 1
-    assert "✗ basics[none]" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "✗ basics[none]" in out and "[red]" not in out
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
     assert 'class="verdict fail">FAIL</span> 0/8' in index
     assert "max|jax-torch|" in (tmp_path / "basics.html").read_text(encoding="utf-8")
@@ -193,3 +201,13 @@ def test_special_figures_by_output_keys(tmp_path) -> None:
         assert "<svg" in (tmp_path / f.path).read_text(encoding="utf-8")
     # no float output at all: nothing is drawn, nothing is claimed
     assert figures.figures_for("ints", *_outs({"a": {"count": np.array(3)}}), tmp_path) == []
+
+
+def test_show_failure_lines_are_plain_text(monkeypatch, capsys) -> None:
+    from torch_impl import basics
+
+    real = basics.run
+    monkeypatch.setattr(basics, "run", lambda fx, v: {**real(fx, v), "z": real(fx, v)["z"] + 1e-3})
+    assert cli.main(["show", "basics", "--variant", "none"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^✗ basics\[none\]", out, re.M) and "[red]" not in out and "0/4 cases passed" in out

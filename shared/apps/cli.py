@@ -3,12 +3,15 @@
     detach-parity run | list | show | site | docs | claims | bench | selfcheck
 
 Exit status: 0 success, 1 a failed check, 2 bad arguments (the message names the
-argument, the expected and the actual value).
+argument, the expected and the actual value) or an output that could not be written,
+130 interrupted (Ctrl-C; nothing half-written is left), 141 standard output closed
+early (e.g. `| head`; files the command writes are written before its tables).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -16,7 +19,14 @@ from rich.console import Console
 
 from shared.apps import bench, docs, run, selfcheck, show, site
 from shared.apps.claims import cli as claims_cli
-from shared.apps.common import UsageError
+from shared.apps.common import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    UsageError,
+    check_interrupted,
+    interrupt_guard,
+)
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS"]
 
@@ -33,6 +43,15 @@ SUBCOMMANDS: dict[str, Callable] = {
 }
 
 
+class _Stdout(Console):
+    """The commands' console: a closed stdout raises BrokenPipeError to main (rich would exit 1,
+    the code of a failed check)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError("standard output was closed")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="detach-parity", description=__doc__.split("\n")[0])
@@ -42,15 +61,40 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one subcommand; return its exit status (2 for bad arguments)."""
-    console = Console() if sys.stdout.isatty() else Console(width=200)  # logs and CI: no wrapping
-    args = build_parser().parse_args(argv)  # argparse exits 2 on bad syntax
+def _silence_stdout() -> None:
+    """Point the stdout file descriptor at /dev/null, so that the interpreter's last flush cannot fail again."""
     try:
-        return args.func(args, console)
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; return its exit status (see the module docstring)."""
+    console = _Stdout() if sys.stdout.isatty() else _Stdout(width=200)  # logs and CI: no wrapping
+    args = build_parser().parse_args(argv)  # argparse exits 2 on bad syntax
+
+    def say(message: str) -> None:
+        Console(stderr=True).print(f"detach-parity {args.command}: {message}", markup=False, highlight=False)
+
+    try:
+        with interrupt_guard():
+            code = args.func(args, console)
+            check_interrupted()  # a Ctrl-C that a library swallowed still ends the command with 130
+        return code
     except UsageError as exc:
-        Console(stderr=True).print(f"detach-parity {args.command}: error: {exc}", markup=False, highlight=False)
-        return 2
+        say(f"error: {exc}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        say("interrupted; no output was left half-written")
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        _silence_stdout()
+        say("error: standard output was closed before the command finished (files it writes come first)")
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

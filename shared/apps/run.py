@@ -5,21 +5,34 @@
     detach-parity list [--family F]
 
 Exit status of run: 0 every case passed, 1 any mismatch or error, 2 bad arguments (the
-message lists the valid names).
+message lists the valid names) or a JSON file that could not be written (a previous file
+there is left as it was), 130 interrupted (no JSON written). The JSON is written before
+the table, so a closed stdout (`| head -1`) cannot lose it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shared.apps.common import UsageError, json_path, non_negative_int, versions
+from shared.apps.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    UsageError,
+    check_interrupted,
+    failure_line,
+    json_path,
+    non_negative_int,
+    versions,
+    write_json,
+)
 from shared.core import registry
 from shared.core.runner import iter_cases, run_case
 from shared.core.schema import FLOAT_DTYPES
@@ -66,9 +79,9 @@ def results_table(results) -> Table:
         used = max((c.used for c in must_pass), default=None)
         style = "green" if r.ok else "red"
         table.add_row(
-            r.scenario,
-            r.variant,
-            r.case,
+            escape(r.scenario),
+            escape(r.variant),
+            escape(r.case),
             r.dtype,
             _cell(tj, "max_abs"),
             _cell(tj, "max_rel"),
@@ -100,38 +113,54 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         TimeElapsedColumn(),
         console=console,
         transient=True,
-        disable=args.quiet,
+        disable=args.quiet or not console.is_terminal,  # a bar in a log or a pipe is noise
     ) as progress:
         task = progress.add_task("parity", total=len(cases))
         for spec, variant, case, dtype in cases:
             progress.update(task, description=f"{spec.name}[{variant}] {case} {dtype}")
             results.append(run_case(spec, variant, dtype, seed=args.seed, case=case))
+            check_interrupted()  # run_case reports errors as results; an interrupt must stop the run
             progress.advance(task)
-    elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        failed = [r for r in results if not r.ok]
+        written = _write_results(args, results, failed, elapsed)  # before any output: a closed stdout cannot lose it
 
     console.print(results_table(results))
-    failed = [r for r in results if not r.ok]
     for r in failed:
         for problem in r.problems():
-            console.print(f"[red]✗[/] {problem}", markup=False, highlight=False)
+            console.print(failure_line(problem))
     naive = sum(r.ok and bool(r.diverges) for r in results)
     console.print(
         f"{len(results)} cases: {len(results) - len(failed) - naive} PASS, "
         f"{naive} DIFFERS (expected: a naive port, wrong exactly where declared), {len(failed)} failed "
         f"— {elapsed:.1f} s"
     )
-    if args.json:
-        payload = {
-            "versions": versions(),
-            "seed": args.seed,
-            "ok": not failed,
-            "results": [r.to_json() for r in results],
-            "seconds": round(elapsed, 3),
-        }
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(payload, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-    return 1 if failed else 0
+    if not written:
+        return EXIT_USAGE
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _write_results(args: argparse.Namespace, results: list, failed: list, elapsed: float) -> bool:
+    """Write --json (atomically); False, with a message on stderr, when it could not be written."""
+    if not args.json:
+        return True
+    payload = {
+        "versions": versions(),
+        "seed": args.seed,
+        "ok": not failed,
+        "results": [r.to_json() for r in results],
+        "seconds": round(elapsed, 3),
+    }
+    try:
+        write_json(Path(args.json), payload)
+    except OSError as exc:
+        Console(stderr=True).print(
+            f"detach-parity run: error: could not write {args.json}: {exc} (a previous file there was left as it was)",
+            markup=False,
+            highlight=False,
+        )
+        return False
+    return True
 
 
 def cmd_list(args: argparse.Namespace, console: Console) -> int:

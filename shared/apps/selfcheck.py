@@ -13,28 +13,35 @@ test files that name it). A mutant is *killed* when those tests fail; a
 surviving mutant is a missing assertion.
 
 Speed: the parent imports torch, JAX and pytest once and forks one child per
-mutant (no interpreter start, no re-import); two children run at a time, each in
-its own copy. Exit status 1 if any mutant survives.
+mutant (no interpreter start, no re-import); two children run at a time (`--jobs`, at
+most the CPUs this process may use: each child is a whole pytest with torch and JAX),
+each in its own copy. Exit status 1 if any mutant survives; 130 when interrupted (the
+children are stopped, the copies removed, no JSON written). The JSON is written before
+the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
-import json
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from shared.apps.common import UsageError, json_path, positive_int
+from shared.apps.common import EXIT_USAGE, UsageError, bounded_int, check_interrupted, json_path, write_json
 from shared.core.runner import FRAMEWORKS, impl
 
-__all__ = ["Site", "find_sites", "covering_tests", "selfcheck"]
+__all__ = ["Site", "find_sites", "covering_tests", "selfcheck", "MAX_JOBS"]
 
 ROOT = Path(__file__).resolve().parents[2]
+# each job is a forked pytest holding torch and JAX, with its own copy of the tree: more jobs
+# than CPUs only cost memory and disk
+MAX_JOBS = max(2, len(os.sched_getaffinity(0)))
 IMPL_DIRS = ("torch_impl", "jax_impl")
 OWN_PACKAGES = ("shared", "torch_impl", "jax_impl", "conftest")
 # test files that check the whole tree rather than a scenario's behaviour: a
@@ -47,6 +54,8 @@ GLOBAL_TESTS = {
     "test_parity.py",
     "test_selfcheck.py",
     "test_cli.py",
+    "test_outputs.py",  # the commands' files, interrupts and pipes; they run basics only as a workload
+    "test_settings.py",  # the process's numeric settings; likewise
 }
 
 
@@ -250,13 +259,28 @@ def selfcheck(
 
     Exit codes of the covering run: 1 (tests failed) = killed; 0 = survived;
     5 (no test collected) = uncovered; anything else (crash, timeout) = error.
+    Raises ValueError unless 1 <= jobs <= MAX_JOBS; on any exception (Ctrl-C included) the
+    running children are killed and reaped before the copies are removed.
     """
+    if not (isinstance(jobs, int) and 1 <= jobs <= MAX_JOBS):
+        raise ValueError(f"selfcheck: jobs expected an integer in [1, {MAX_JOBS}], got {jobs!r}")
     _preload()
     outcomes: dict[int, Outcome] = {}
+    running: dict[int, tuple[int, int, float]] = {}  # pid -> (site index, slot, start)
+    try:
+        _run_mutants(sites, root, jobs, timeout, on_done, outcomes, running)
+    finally:
+        for pid in running:  # interrupted or failed: no child outlives the parent or its copies
+            with contextlib.suppress(ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    return [outcomes[i] for i in range(len(sites))]
+
+
+def _run_mutants(sites, root, jobs, timeout, on_done, outcomes, running) -> None:
     with tempfile.TemporaryDirectory(prefix="selfcheck-") as tmp:
         copies = [_copy_tree(root, Path(tmp) / f"copy{i}") for i in range(jobs)]
         free = list(range(jobs))
-        running: dict[int, tuple[int, int, float]] = {}  # pid -> (site index, slot, start)
         queue = list(enumerate(sites))
 
         def finish(pid: int, status_word: int) -> None:
@@ -271,6 +295,7 @@ def selfcheck(
                 on_done(outcomes[idx])
 
         while queue or running:
+            check_interrupted()
             while queue and free:
                 idx, site = queue.pop(0)
                 args = covering_tests(site.module, root)
@@ -298,12 +323,13 @@ def selfcheck(
                 time.sleep(0.05)
                 continue
             finish(pid, status_word)
-    return [outcomes[i] for i in range(len(sites))]
 
 
 def cmd_selfcheck(args: argparse.Namespace, console) -> int:
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
+    from rich.text import Text
 
     sites = find_sites()
     if args.module:
@@ -321,7 +347,12 @@ def cmd_selfcheck(args: argparse.Namespace, console) -> int:
         return 1
     start = time.perf_counter()
     with Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not console.is_terminal,  # a bar in a log or a pipe is noise
     ) as progress:
         task = progress.add_task("mutants", total=len(sites))
 
@@ -329,7 +360,22 @@ def cmd_selfcheck(args: argparse.Namespace, console) -> int:
             progress.update(task, advance=1, description=f"{o.site.where} {o.status}")
 
         outcomes = selfcheck(sites, jobs=args.jobs, on_done=done)
-    elapsed = time.perf_counter() - start
+        elapsed = time.perf_counter() - start
+        killed = sum(o.status == "killed" for o in outcomes)
+        if args.json:  # before any output: a closed stdout must not lose the outcomes
+            payload = {
+                "killed": killed,
+                "total": len(outcomes),
+                "seconds": round(elapsed, 1),
+                "mutants": [o.to_json() for o in outcomes],
+            }
+            try:
+                write_json(Path(args.json), payload)
+            except OSError as exc:
+                Console(stderr=True).print(
+                    f"detach-parity selfcheck: error: could not write {args.json}: {exc}", markup=False, highlight=False
+                )
+                return EXIT_USAGE
     table = Table(title="detach-parity selfcheck: one mutant per gradient-control site", header_style="bold")
     for col in ("site", "construct", "module", "mutant", "status", "s"):
         table.add_column(col, no_wrap=col != "mutant")
@@ -339,26 +385,12 @@ def cmd_selfcheck(args: argparse.Namespace, console) -> int:
             o.site.where,
             o.site.construct,
             o.site.module,
-            f"{o.site.original} → {o.site.replacement}",
+            Text(f"{o.site.original} → {o.site.replacement}"),
             f"[{style}]{o.status}[/]",
             f"{o.seconds:.1f}",
         )
     console.print(table)
-    killed = sum(o.status == "killed" for o in outcomes)
     console.print(f"{killed}/{len(outcomes)} mutants killed ({100 * killed / len(outcomes):.0f} %) in {elapsed:.0f} s")
-    if args.json:
-        Path(args.json).write_text(
-            json.dumps(
-                {
-                    "killed": killed,
-                    "total": len(outcomes),
-                    "seconds": round(elapsed, 1),
-                    "mutants": [o.to_json() for o in outcomes],
-                },
-                indent=2,
-            )
-            + "\n"
-        )
     return 0 if killed == len(outcomes) else 1
 
 
@@ -367,7 +399,12 @@ def add_parser(sub) -> None:
         "selfcheck", help="mutation self-check: every gradient-control site must be covered by a failing test"
     )
     p.add_argument("module", nargs="*", help="only these modules (file stems, e.g. frozen_backbone)")
-    p.add_argument("--jobs", type=positive_int, default=2, help="mutants run at a time (default 2)")
+    p.add_argument(
+        "--jobs",
+        type=bounded_int(1, MAX_JOBS, "the CPUs this process may use"),
+        default=2,
+        help=f"mutants run at a time (default 2, at most {MAX_JOBS})",
+    )
     p.add_argument("--list", action="store_true", help="list the sites and mutants, run nothing")
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the outcomes as JSON")
     p.set_defaults(func=cmd_selfcheck)

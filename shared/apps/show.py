@@ -23,12 +23,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from shared.apps.common import UsageError, non_negative_int
+from shared.apps.common import UsageError, check_interrupted, failure_line, non_negative_int
 from shared.core import registry
 from shared.core.parity import tolerance_for
 from shared.core.records import Scenario
@@ -159,8 +160,16 @@ def aligned_rows(scenario: str) -> list[Row]:
 
 
 def run_cases(spec: Scenario, variant: str | None = None, seed: int = 0) -> list:
-    """CaseResults of every (variant, case, dtype) of a scenario, or of one variant."""
-    return [run_case(s, v, dt, seed=seed, case=case) for s, v, case, dt in iter_cases([spec.name], variant, None, None)]
+    """CaseResults of every (variant, case, dtype) of a scenario, or of one variant.
+
+    Raises KeyboardInterrupt after the case during which a SIGINT arrived (run_case reports
+    an implementation's exceptions as results, so an interrupt turned into one would not stop it).
+    """
+    results = []
+    for s, v, case, dt in iter_cases([spec.name], variant, None, None):
+        results.append(run_case(s, v, dt, seed=seed, case=case))
+        check_interrupted()
+    return results
 
 
 def parity_rtol(spec: Scenario, dtype: str) -> float | None:
@@ -242,8 +251,8 @@ def parity_table(spec: Scenario, results: list) -> Table:
     for r in results:
         tj, to, jo = r.shown, r.torch_oracle, (r.divergent_oracle if r.diverges else r.jax_oracle)
         table.add_row(
-            r.variant,
-            r.case,
+            escape(r.variant),
+            escape(r.case),
             r.dtype,
             fmt_err(tj.max_abs if tj else None),
             fmt_err(tj.max_rel if tj else None),
@@ -272,7 +281,7 @@ def render(console: Console, scenario: str, variant: str | None = None, seed: in
     failed = [r for r in results if not r.ok]
     for r in failed:
         for problem in r.problems():
-            console.print(f"[red]✗[/] {problem}", markup=False, highlight=False)
+            console.print(failure_line(problem))
     console.print(f"{len(results) - len(failed)}/{len(results)} cases passed")
     return 1 if failed else 0
 

@@ -1,0 +1,344 @@
+"""Nothing lost, nothing half-written: output folders, --json files, interrupts, a closed stdout.
+
+shared.apps.common holds the rules: `OutputFolder` (a folder is written only when absent, empty
+or proven an earlier output of the command by its marker, built beside it and swapped in
+whole), `write_json` (atomic), `interrupt_guard` (Ctrl-C counted even when swallowed: exit
+130, nothing committed); shared.apps.cli turns a closed stdout into exit 141 with a message.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from shared.apps import cli, common, selfcheck, site
+from shared.apps.common import MARKER, OutputError, OutputFolder
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ["run", "basics", "--variant", "z_stopped", "--dtype", "float64", "--quiet"]  # 2 cases, about a second
+
+
+def _siblings(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}."))
+
+
+def _write(folder: Path, files: dict[str, str], command: str = "site") -> None:
+    with OutputFolder(folder, command) as root:
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text, encoding="utf-8")
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {p.relative_to(folder).as_posix(): p.read_text() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# -- output folders (site --out) -------------------------------------------------------------------
+
+
+def test_site_refuses_a_folder_with_files_it_did_not_write(tmp_path, capsys) -> None:
+    # the issue's reproduction: both files survived nothing before; now nothing is run, nothing touched
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "index.html").write_text("mine\n")
+    (d / "bench.html").write_text("mine\n")
+    assert cli.main(["site", "--out", str(d), "basics"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--out expected an empty folder or an earlier `detach-parity site` output (with its {MARKER})" in err
+    assert f"got '{d}', which holds bench.html, index.html and no {MARKER}" in err
+    assert _tree(d) == {"index.html": "mine\n", "bench.html": "mine\n"} and _siblings(d) == []
+
+
+@pytest.mark.parametrize(
+    "out, why",
+    [
+        ("/", "a folder that does not contain the package"),
+        (str(ROOT), "a folder that does not contain the package"),
+        (str(ROOT / "shared" / "apps" / "site" / "templates"), "a folder outside the package's own folders"),
+        (str(ROOT / "torch_impl"), "a folder outside the package's own folders"),
+        (str(ROOT / "jax_impl" / "new"), "a folder outside the package's own folders"),
+    ],
+)
+def test_the_package_and_its_parents_are_refused(out, why) -> None:
+    # checked on the writer itself: a regression must not get the chance to write into / or the package
+    with pytest.raises(OutputError, match=f"--out expected {why}"):
+        OutputFolder(out, "site").check()
+
+
+def test_site_refuses_a_package_folder_and_the_working_directory(tmp_path, monkeypatch, capsys) -> None:
+    pkg = tmp_path / "a" / "pkg"
+    pkg.mkdir(parents=True)
+    monkeypatch.setattr(common, "_package_folders", lambda: [pkg.resolve()])  # a stand-in for shared/
+    assert cli.main(["site", "basics", "--out", str(pkg / "templates")]) == 2
+    assert "a folder outside the package's own folders" in " ".join(capsys.readouterr().err.split())
+    sub = tmp_path / "b" / "sub"
+    sub.parent.mkdir()
+    _write(sub, {"index.html": "x"})  # an earlier site, and the working directory
+    monkeypatch.chdir(sub)
+    for out in (".", ".."):  # swapped away, it would vanish under the process
+        assert cli.main(["site", "basics", "--out", out]) == 2
+        assert "a folder other than the working directory or one above it" in " ".join(capsys.readouterr().err.split())
+    assert list(pkg.iterdir()) == [] and set(_tree(sub)) == {"index.html", MARKER}
+
+
+def test_package_folders_are_refused_whatever_the_marker_says(tmp_path, monkeypatch) -> None:
+    pkg = tmp_path / "pkg"
+    _write(pkg, {"a.txt": "ours"})  # a genuine earlier output ...
+    monkeypatch.setattr(common, "_package_folders", lambda: [pkg.resolve()])  # ... that is the package's folder
+    with pytest.raises(OutputError, match="outside the package's own folders"):
+        OutputFolder(pkg, "site").check()
+
+
+def test_an_earlier_output_is_replaced_whole(tmp_path) -> None:
+    d = tmp_path / "site"
+    _write(d, {"index.html": "v1", "old.html": "v1", "figures/a.svg": "v1"})
+    marker = json.loads((d / MARKER).read_text())
+    assert marker["written_by"] == "detach-parity site" and sorted(marker["files"]) == [
+        "figures/a.svg",
+        "index.html",
+        "old.html",
+    ]
+    _write(d, {"index.html": "v2", "figures/b.svg": "v2"})
+    files = _tree(d)
+    assert {k: v for k, v in files.items() if k != MARKER} == {"index.html": "v2", "figures/b.svg": "v2"}
+    assert _siblings(d) == []  # neither the build folder nor the old one is left beside it
+    assert (d.stat().st_mode & 0o777) == 0o777 & ~_umask()  # not mkdtemp's 0700
+
+
+def test_an_empty_or_missing_folder_is_written(tmp_path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    _write(empty, {"index.html": "x"})
+    _write(tmp_path / "new", {"index.html": "x"})
+    for d in (empty, tmp_path / "new"):
+        assert set(_tree(d)) == {"index.html", MARKER}
+
+
+def test_the_two_rename_fallback_replaces_whole_too(tmp_path, monkeypatch) -> None:
+    d = tmp_path / "site"
+    _write(d, {"index.html": "v1", "old.html": "v1"})
+    monkeypatch.setattr(common, "_exchange", lambda a, b: False)  # no renameat2 (another OS, another filesystem)
+    _write(d, {"index.html": "v2"})
+    assert set(_tree(d)) == {"index.html", MARKER} and _tree(d)["index.html"] == "v2" and _siblings(d) == []
+
+
+@pytest.mark.parametrize("tamper", ["added", "changed", "symlink", "other command", "marker escapes", "bad marker"])
+def test_an_earlier_output_touched_since_is_refused(tmp_path, tamper) -> None:
+    d = tmp_path / "site"
+    _write(d, {"index.html": "ours", "figures/a.svg": "ours"})
+    marker = json.loads((d / MARKER).read_text())
+    if tamper == "added":
+        (d / "figures" / "notes.txt").write_text("mine")
+    elif tamper == "changed":
+        (d / "index.html").write_text("edited by hand")
+    elif tamper == "symlink":
+        (d / "link").symlink_to(tmp_path)
+    elif tamper == "other command":
+        (d / MARKER).write_text(json.dumps({**marker, "written_by": "detach-parity bench"}))
+    elif tamper == "marker escapes":
+        (d / MARKER).write_text(json.dumps({**marker, "files": {**marker["files"], "../x": "0"}}))
+    else:
+        (d / MARKER).write_text("{")
+    before = _tree(d)
+    with pytest.raises(OutputError, match=r"--out expected .*, got '.*site'"):
+        _write(d, {"index.html": "new"})
+    assert _tree(d) == before and _siblings(d) == []
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_a_failed_or_interrupted_build_leaves_the_folder_as_it_was(tmp_path, error) -> None:
+    d = tmp_path / "site"
+    _write(d, {"index.html": "v1"})
+    before = _tree(d)
+    with pytest.raises(error), OutputFolder(d, "site") as root:
+        (root / "index.html").write_text("half")
+        raise error()
+    assert _tree(d) == before and _siblings(d) == []
+
+
+def test_a_swallowed_interrupt_still_stops_the_commit(tmp_path, monkeypatch) -> None:
+    d = tmp_path / "site"
+    monkeypatch.setattr(common, "_interrupts", 1)  # a SIGINT arrived and a library caught its KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        _write(d, {"index.html": "x"})
+    assert not d.exists() and _siblings(d) == []
+
+
+def test_site_interrupted_mid_build_exits_130_and_keeps_the_earlier_site(tmp_path, monkeypatch, capsys) -> None:
+    d = tmp_path / "site"
+    _write(d, {"index.html": "earlier"})
+    before = _tree(d)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(site, "run_cases", interrupted)
+    assert cli.main(["site", "basics", "--out", str(d), "--quiet"]) == 130
+    assert "detach-parity site: interrupted" in capsys.readouterr().err
+    assert _tree(d) == before and _siblings(d) == []
+
+
+def test_site_in_a_read_only_working_directory_exits_2(monkeypatch, capsys) -> None:
+    monkeypatch.chdir("/proc")  # no folder can be made here, not even by root
+    assert cli.main(["site", "basics", "--quiet"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "detach-parity site: error: --out expected a folder whose parent can be written" in err
+    assert "Traceback" not in err
+
+
+# -- --json files ------------------------------------------------------------------------------------
+
+
+def test_run_json_over_a_file_size_limit_keeps_the_previous_file(tmp_path, capsys) -> None:
+    path = tmp_path / "out.json"
+    path.write_text('{"previous": true}\n')
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    # `ulimit -f 1` (the JSON is ~2 KiB); Python ignores SIGXFSZ, so the write fails with EFBIG
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, hard))
+    try:
+        code = cli.main([*RUN, "--json", str(path)])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    captured = capsys.readouterr()
+    assert code == 2  # an output error, not the 1 of a failed check
+    assert f"detach-parity run: error: could not write {path}" in " ".join(captured.err.split())
+    assert "2 cases: 2 PASS" in captured.out  # the table still shows what was checked
+    assert json.loads(path.read_text()) == {"previous": True} and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_run_json_replaces_a_symlink_and_spares_its_target(tmp_path) -> None:
+    target, link = tmp_path / "target.txt", tmp_path / "out.json"
+    target.write_text("not yours")
+    link.symlink_to(target)
+    assert cli.main([*RUN, "--json", str(link)]) == 0
+    assert target.read_text() == "not yours" and not link.is_symlink()
+    assert json.loads(link.read_text())["ok"] is True
+
+
+class _ClosedStdout(io.TextIOBase):
+    """What `| head -1` leaves once head has exited: every write fails with EPIPE."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_run_json_survives_a_closed_stdout(tmp_path, monkeypatch, capsys) -> None:
+    path = tmp_path / "out.json"
+    monkeypatch.setattr(sys, "stdout", _ClosedStdout())
+    assert cli.main([*RUN, "--json", str(path)]) == 141
+    assert "detach-parity run: error: standard output was closed" in " ".join(capsys.readouterr().err.split())
+    data = json.loads(path.read_text())  # written before the table: nothing lost
+    assert data["ok"] is True and len(data["results"]) == 2
+
+
+def test_selfcheck_json_first_and_atomic(tmp_path, monkeypatch, capsys) -> None:
+    (site_,) = [s for s in selfcheck.find_sites() if s.module == "basics" and s.path.startswith("jax_impl")]
+    monkeypatch.setattr(selfcheck, "selfcheck", lambda sites, **kw: [selfcheck.Outcome(site_, "killed", 0.5, 1)])
+    monkeypatch.setattr(selfcheck, "find_sites", lambda: [site_])
+    path = tmp_path / "mutants.json"
+    monkeypatch.setattr(sys, "stdout", _ClosedStdout())
+    assert cli.main(["selfcheck", "basics", "--json", str(path)]) == 141
+    data = json.loads(path.read_text())
+    assert data["killed"] == data["total"] == 1 and data["mutants"][0]["status"] == "killed"
+
+
+def test_a_closed_stdout_in_a_real_pipe_exits_141_without_a_traceback() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shared.apps.cli", "list"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.close()  # the reader is gone before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "detach-parity list: error: standard output was closed" in " ".join(err.split())
+    assert "Traceback" not in err and "Exception ignored" not in err
+
+
+# -- interrupts --------------------------------------------------------------------------------------
+
+
+def test_an_interrupt_swallowed_inside_a_run_still_exits_130(tmp_path, monkeypatch, capsys) -> None:
+    """The issue's "Ctrl-C sometimes exits 0": a KeyboardInterrupt caught inside the JAX side."""
+    from jax_impl import basics
+
+    real = basics.run
+
+    def swallowing(fx, variant):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the handler runs here
+        except KeyboardInterrupt:
+            pass  # what a library's broad except does
+        return real(fx, variant)
+
+    monkeypatch.setattr(basics, "run", swallowing)
+    path = tmp_path / "out.json"
+    path.write_text('{"previous": true}\n')
+    handler = signal.getsignal(signal.SIGINT)
+    assert cli.main([*RUN, "--json", str(path)]) == 130
+    assert "detach-parity run: interrupted" in capsys.readouterr().err
+    assert json.loads(path.read_text()) == {"previous": True}
+    assert signal.getsignal(signal.SIGINT) is handler  # the caller's handler is back
+
+
+def test_ctrl_c_in_a_real_process_exits_130_and_writes_nothing(tmp_path) -> None:
+    script = (
+        "import sys, time\n"
+        "from jax_impl import basics\n"
+        "from shared.apps import cli\n"
+        "def slow(fx, variant):\n"
+        "    print('READY', file=sys.stderr, flush=True)\n"
+        "    time.sleep(60)\n"
+        "basics.run = slow\n"
+        f"sys.exit(cli.main({[*RUN, '--json', str(tmp_path / 'out.json')]!r}))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stderr.readline().decode().strip() == "READY"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err.decode()
+    assert "interrupted" in err.decode() and "Traceback" not in err.decode()
+    assert not (tmp_path / "out.json").exists() and list(tmp_path.iterdir()) == []
+
+
+# -- bounds and repeated names -------------------------------------------------------------------------
+
+
+def test_selfcheck_jobs_has_an_upper_bound(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["selfcheck", "--jobs", "1000000", "--list"])
+    assert exc.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"--jobs: expected an integer in [1, {selfcheck.MAX_JOBS}] (the CPUs this process may use)" in err
+    with pytest.raises(ValueError, match=rf"jobs expected an integer in \[1, {selfcheck.MAX_JOBS}\], got 0"):
+        selfcheck.selfcheck([], jobs=0)
+
+
+def test_selfcheck_repeated_module_is_listed_once(capsys) -> None:
+    assert cli.main(["selfcheck", "basics", "--list"]) == 0
+    once = capsys.readouterr().out
+    assert cli.main(["selfcheck", "basics", "basics", "--list"]) == 0
+    assert capsys.readouterr().out == once and once.count("basics") >= 2
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
