@@ -1,0 +1,134 @@
+"""lora: a low-rank adapter (nnx.LoRA) on a frozen base layer, trained with AdamW (weight decay on).
+
+Gradient flow: loss -> the adapter A, B only (nnx.DiffState over nnx.LoRAParam); the base gets
+no gradient and no optimizer state (nnx.Optimizer(..., wrt=nnx.LoRAParam)), so AdamW's weight
+decay never touches it (bit-identical after training). With B = 0 no gradient reaches A at first.
+Port note: torch's `requires_grad_(False)` on the base becomes the nnx.LoRAParam filter, for the
+optimizer and the gradient alike. naive_wrt_param passes nnx.Param: it matches nnx.LoRAParam too
+(a subclass) and the "frozen" base trains. nnx.LoRA(d, r, h) computes x A B with no α/r scale
+(flax 0.12.8): the scale is a multiply in LoRALinear, as in peft.
+Shapes: B samples, D inputs, H hidden units, R adapter rank, O outputs.
+Reference: Hu et al. 2021, arXiv:2106.09685; flax.nnx.LoRA, nnx.LoRAParam (flax/nnx/nn/lora.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from shared.core.checks import check_same_shape, check_variant
+
+__all__ = ["LoRALinear", "Model", "build_model", "make_optimizer", "merged_kernel", "train_step", "make_step", "run"]
+
+
+class LoRALinear(nnx.Module):
+    """base(x) + scale·adapter(x) [B, H]: a linear layer with a low-rank adapter (nnx.LoRA, lora_a [D, R], lora_b [R, H])."""
+
+    def __init__(self, d: int, r: int, h: int, scale: float, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.base = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
+        self.adapter = nnx.LoRA(d, r, h, param_dtype=dtype, rngs=rngs)
+        self.scale = scale
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.base(x) + self.scale * self.adapter(x)
+
+
+class Model(nnx.Module):
+    """pred [B, O] = l2(tanh(l1(x [B, D]))), l1 a LoRALinear."""
+
+    def __init__(self, d: int, r: int, h: int, o: int, scale: float, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.l1 = LoRALinear(d, r, h, scale, dtype, rngs)
+        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l2(jnp.tanh(self.l1(x)))
+
+
+def build_model(fx) -> Model:
+    """A Model loaded with the fixture's canonical parameters (the base is frozen by the filters, not the model).
+
+    The adapter's A [D, R] and B [R, H] are nnx.LoRAParam leaves in the canonical layout.
+    """
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    d, r, h, o = (fx.dims[k] for k in "DRHO")
+    scale = fx.scalar("lora_alpha") / r
+    return load_params(nnx.eval_shape(lambda: Model(d, r, h, o, scale, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
+
+
+def make_optimizer(model: Model, fx, variant: str) -> nnx.Optimizer:
+    """optax.adamw over the adapter (nnx.LoRAParam); naive_wrt_param: over every nnx.Param, the base too."""
+    check_variant("lora", variant)
+    trainable = nnx.Param if variant == "naive_wrt_param" else nnx.LoRAParam
+    names = ("lr", "b1", "b2", "eps", "weight_decay")
+    return nnx.Optimizer(
+        model, _adamw(*(fx.scalar(k) for k in names)), wrt=trainable
+    )  # GRAD-FLOW: only the adapter is given to AdamW
+
+
+@functools.cache
+def _adamw(lr: float, b1: float, b2: float, eps: float, weight_decay: float) -> optax.GradientTransformation:
+    # one transformation object per setting: nnx.jit keys its cache on it, a new object recompiles
+    return optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+
+
+def merged_kernel(layer: LoRALinear) -> jax.Array:
+    """W + scale·A B [D, H] in the canonical layout: the adapter folded into the base (peft's merge)."""
+    return layer.base.kernel[...] + layer.scale * layer.adapter.lora_a[...] @ layer.adapter.lora_b[...]
+
+
+def _loss(model, x, y):
+    pred = model(x)
+    check_same_shape("train_step", pred=pred.shape, y=y.shape)
+    return jnp.mean((pred - y) ** 2)
+
+
+@nnx.jit(static_argnames="variant")
+def train_step(model: Model, optimizer: nnx.Optimizer, x: jax.Array, y: jax.Array, variant: str):
+    """One AdamW step on mean((pred − y)²); returns (loss before the step, gradient State).
+
+    Raises ValueError unless pred and y are both [B, O].
+    """
+    trainable = nnx.Param if variant == "naive_wrt_param" else nnx.LoRAParam
+    diff = nnx.DiffState(0, trainable)  # GRAD-FLOW: the base is frozen: no gradient, no AdamW state, no weight decay
+    loss, grads = nnx.value_and_grad(_loss, argnums=diff)(model, x, y)
+    optimizer.update(model, grads)
+    return loss, grads
+
+
+@scenario_step("lora")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One AdamW train_step of the adapter; returns the loss before the update."""
+    check_variant("lora", variant)
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+    x, y = array(fx, "x"), array(fx, "y")
+    return lambda: jax.block_until_ready(train_step(model, optimizer, x, y, variant))[0]
+
+
+@scenario_run("lora")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; grads/<param> of step 1; params/<param> after `steps`; moved/<param> = after − before;
+    merged/l1/kernel = W + s·A B after `steps`."""
+    check_variant("lora", variant)
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+    x, y = array(fx, "x"), array(fx, "y")
+    before = params_of(model)
+    for step in range(int(fx["steps"])):
+        loss, grads = train_step(model, optimizer, x, y, variant)
+        if step == 0:
+            loss0, grads0 = numpy(loss), grads_of(grads, before)  # not differentiated -> zeros (P11)
+    after = params_of(model)
+    out = {"loss": loss0}
+    out.update({f"grads/{k}": g for k, g in grads0.items()})
+    out.update({f"params/{k}": v for k, v in after.items()})
+    out.update({f"moved/{k}": after[k] - before[k] for k in after})
+    out["merged/l1/kernel"] = numpy(merged_kernel(model.l1))
+    return out
