@@ -86,8 +86,8 @@ def _optimizer(model: MLP, fx, n: int, variant: str) -> nnx.Optimizer:
     sgd = optax.sgd(fx.scalar("lr"))
     if variant == "zero_grad_in_loop":  # MultiSteps cannot lose micro-batches: the plain sum's step
         return nnx.Optimizer(model, sgd, wrt=nnx.Param)
-    # GRAD-FLOW: the next cycle starts from no gradient
     # accumulator_dtype: MultiSteps sums in float32 by default, whatever the parameters' dtype
+    # GRAD-FLOW: the next cycle starts from no gradient
     multi = optax.MultiSteps(sgd, every_k_schedule=n, accumulator_dtype=jnp.dtype(fx.dtype))
     return nnx.Optimizer(model, multi, wrt=nnx.Param)
 

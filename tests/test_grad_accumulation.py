@@ -15,6 +15,7 @@ from shared.core import fixtures
 from shared.core.oracle import fd_grad
 from shared.scenarios.grad_accumulation import MICRO_BATCHES, PARAMS, mean_loss, sizes
 from torch_impl import grad_accumulation as tg
+from torch_impl._layout import grads_of
 
 
 def _tol(dtype: str) -> dict:
@@ -60,11 +61,9 @@ def test_unequal_micro_batches_need_size_weights() -> None:
     assert [len(b[1]) for b in batches] == sizes(len(y), "mean_unequal") and len(set(sizes(len(y), "mean_unequal"))) > 1
     for xb, yb in batches:  # the fix: each micro-batch's mean weighted by its share of the examples
         (tg.mse(model, xb, yb) * len(yb) / len(y)).backward()
-    fixed = {f"l{i}": None for i in (1, 2)}
-    fixed = {
-        name.replace(".weight", "/kernel").replace(".bias", "/bias"): p.grad for name, p in model.named_parameters()
-    }
-    np.testing.assert_allclose(fixed["l1/bias"].numpy(), out["torch"]["full_grads/l1/bias"], rtol=1e-12, atol=1e-15)
+    fixed = grads_of(model)
+    for k in PARAMS:
+        np.testing.assert_allclose(fixed[k], out["torch"][f"full_grads/{k}"], rtol=1e-12, atol=1e-15)
     for fw in ("torch", "jax"):
         assert max(np.max(np.abs(out[fw][f"gap/{k}"])) for k in PARAMS) > 1e-3  # the mean of means is not the mean
 

@@ -63,7 +63,8 @@ def accumulated(p: dict[str, np.ndarray], a: dict[str, np.ndarray], variant: str
     """g of one accumulation cycle at p (see the module docstring)."""
     bounds = np.cumsum([0] + sizes(len(a["y"]), variant))
     micro = [
-        fd_grad(lambda q, s=s, e=e: mean_loss(q, a["x"][s:e], a["y"][s:e]), p) for s, e in zip(bounds[:-1], bounds[1:])
+        fd_grad(lambda q, s=s, e=e: mean_loss(q, a["x"][s:e], a["y"][s:e]), p)
+        for s, e in zip(bounds[:-1], bounds[1:], strict=True)
     ]
     n = len(micro)
     if variant == "zero_grad_in_loop":
