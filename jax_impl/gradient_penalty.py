@@ -77,9 +77,8 @@ def gradient_penalty(critic: Critic, x_hat: jax.Array, variant: str) -> tuple[ja
 def critic_loss(model: WGAN, batch: dict[str, jax.Array], gp_weight: float, variant: str):
     """(L = mean D(fake) − mean D(real) + λ·penalty, (wasserstein [], penalty [], norms [B])) of the batch
     real [B, X], z [B, Z], eps [B, 1]. Raises ValueError for an unknown variant."""
-    fake = jax.lax.stop_gradient(
-        model.generator(batch["z"])
-    )  # GRAD-FLOW: the critic step treats generated samples as data
+    # GRAD-FLOW: the critic step treats generated samples as data
+    fake = jax.lax.stop_gradient(model.generator(batch["z"]))
     wasserstein = model.critic(fake).mean() - model.critic(batch["real"]).mean()
     penalty, norms = gradient_penalty(model.critic, interpolates(batch["real"], fake, batch["eps"]), variant)
     return wasserstein + gp_weight * penalty, (wasserstein, gp_weight * penalty, norms)

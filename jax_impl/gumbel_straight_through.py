@@ -37,9 +37,8 @@ def gumbel_softmax(logits: jax.Array, gumbels: jax.Array, tau: float, hard: bool
         return y_soft
     index = jnp.argmax(y_soft, axis=-1)
     y_hard = jax.nn.one_hot(index, logits.shape[-1], dtype=logits.dtype)
-    return (
-        y_hard - jax.lax.stop_gradient(y_soft) + y_soft
-    )  # GRAD-FLOW: straight-through: forward one-hot, backward the soft sample's gradient
+    # GRAD-FLOW: straight-through: forward one-hot, backward the soft sample's gradient
+    return y_hard - jax.lax.stop_gradient(y_soft) + y_soft
 
 
 def one_hot_sample(logits: jax.Array, gumbels: jax.Array, tau: float) -> jax.Array:

@@ -65,9 +65,8 @@ def targets(model: Siamese, z1: jax.Array, z2: jax.Array, views, variant: str) -
     if variant == "byol":
         return model.target(views[0]), model.target(views[1])  # outside the DiffState filter: not differentiated
     if variant == "simsiam":
-        return jax.lax.stop_gradient(z1), jax.lax.stop_gradient(
-            z2
-        )  # GRAD-FLOW: SimSiam's target is the online projection, stopped
+        # GRAD-FLOW: SimSiam's target is the online projection, stopped
+        return jax.lax.stop_gradient(z1), jax.lax.stop_gradient(z2)
     return z1, z2
 
 
@@ -118,9 +117,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     (and target for byol); view_grads/{term12,term21}/{x1,x2} [B, D] (simsiam variants)."""
     model = build_model(fx)
     before = params_of(model)
-    optimizer = nnx.Optimizer(
-        model, _sgd(fx.scalar("lr")), wrt=LEARNED
-    )  # GRAD-FLOW: the optimizer holds online and predictor only
+    # GRAD-FLOW: the optimizer holds online and predictor only
+    optimizer = nnx.Optimizer(model, _sgd(fx.scalar("lr")), wrt=LEARNED)
     loss, grads, view_grads = _step(model, optimizer, array(fx, "x1"), array(fx, "x2"), array(fx, "tau"), variant)
     out = {}
     for name, (g1, g2) in view_grads.items():

@@ -77,12 +77,10 @@ def vq_losses(model: VQVAE, x: jax.Array, variant: str) -> tuple[dict[str, jax.A
     z = z_q if variant == "no_straight_through" else straight_through(z_e, z_q)
     losses = {"recon": jnp.mean((model.decoder(z) - x) ** 2)}
     if variant != "ema_codebook":
-        losses["codebook"] = jnp.mean(
-            (jax.lax.stop_gradient(z_e) - z_q) ** 2
-        )  # GRAD-FLOW: the codebook loss moves the codes only
-    losses["commit"] = jnp.mean(
-        (z_e - jax.lax.stop_gradient(z_q)) ** 2
-    )  # GRAD-FLOW: the commitment loss moves the encoder only
+        # GRAD-FLOW: the codebook loss moves the codes only
+        losses["codebook"] = jnp.mean((jax.lax.stop_gradient(z_e) - z_q) ** 2)
+    # GRAD-FLOW: the commitment loss moves the encoder only
+    losses["commit"] = jnp.mean((z_e - jax.lax.stop_gradient(z_q)) ** 2)
     return losses, z_e, codes
 
 

@@ -79,7 +79,8 @@ def gradient_penalty(critic: Critic, x_hat: torch.Tensor, variant: str) -> tuple
 def critic_loss(model: WGAN, batch: dict[str, torch.Tensor], gp_weight: float, variant: str):
     """(L = mean D(fake) − mean D(real) + λ·penalty, (wasserstein [], penalty [], norms [B])) of the batch
     real [B, X], z [B, Z], eps [B, 1]. Raises ValueError for an unknown variant."""
-    fake = model.generator(batch["z"]).detach()  # GRAD-FLOW: the critic step treats generated samples as data
+    # GRAD-FLOW: the critic step treats generated samples as data
+    fake = model.generator(batch["z"]).detach()
     wasserstein = model.critic(fake).mean() - model.critic(batch["real"]).mean()
     penalty, norms = gradient_penalty(model.critic, interpolates(batch["real"], fake, batch["eps"]), variant)
     return wasserstein + gp_weight * penalty, (wasserstein, gp_weight * penalty, norms)

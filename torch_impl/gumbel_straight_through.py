@@ -35,9 +35,8 @@ def gumbel_softmax(logits: torch.Tensor, gumbels: torch.Tensor, tau: float, hard
         return y_soft
     index = y_soft.argmax(dim=-1, keepdim=True)
     y_hard = torch.zeros_like(logits).scatter_(-1, index, 1.0)
-    return (
-        y_hard - y_soft.detach() + y_soft
-    )  # GRAD-FLOW: straight-through: forward one-hot, backward the soft sample's gradient
+    # GRAD-FLOW: straight-through: forward one-hot, backward the soft sample's gradient
+    return y_hard - y_soft.detach() + y_soft
 
 
 def one_hot_sample(logits: torch.Tensor, gumbels: torch.Tensor, tau: float) -> torch.Tensor:

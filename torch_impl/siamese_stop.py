@@ -64,7 +64,8 @@ def targets(
         with torch.no_grad():  # GRAD-FLOW: the target branch is a constant for the online network (BYOL)
             return model.target(views[0]), model.target(views[1])
     if variant == "simsiam":
-        return z1.detach(), z2.detach()  # GRAD-FLOW: SimSiam's target is the online projection, stopped
+        # GRAD-FLOW: SimSiam's target is the online projection, stopped
+        return z1.detach(), z2.detach()
     return z1, z2
 
 
@@ -97,7 +98,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     (and target for byol); view_grads/{term12,term21}/{x1,x2} [B, D] (simsiam variants)."""
     model = build_model(fx)
     learned = [*model.online.parameters(), *model.predictor.parameters()]
-    optimizer = torch.optim.SGD(learned, lr=fx.scalar("lr"))  # GRAD-FLOW: the optimizer holds online and predictor only
+    # GRAD-FLOW: the optimizer holds online and predictor only
+    optimizer = torch.optim.SGD(learned, lr=fx.scalar("lr"))
     views = [tensor(fx, v, requires_grad=variant != "byol") for v in ("x1", "x2")]
     z1, z2 = model.online(views[0]), model.online(views[1])
     t1, t2 = targets(model, z1, z2, views, variant)

@@ -76,8 +76,10 @@ def vq_losses(
     z = z_q if variant == "no_straight_through" else straight_through(z_e, z_q)
     losses = {"recon": ((model.decoder(z) - x) ** 2).mean()}
     if variant != "ema_codebook":
-        losses["codebook"] = ((z_e.detach() - z_q) ** 2).mean()  # GRAD-FLOW: the codebook loss moves the codes only
-    losses["commit"] = ((z_e - z_q.detach()) ** 2).mean()  # GRAD-FLOW: the commitment loss moves the encoder only
+        # GRAD-FLOW: the codebook loss moves the codes only
+        losses["codebook"] = ((z_e.detach() - z_q) ** 2).mean()
+    # GRAD-FLOW: the commitment loss moves the encoder only
+    losses["commit"] = ((z_e - z_q.detach()) ** 2).mean()
     return losses, z_e, codes
 
 
