@@ -71,6 +71,50 @@ def test_find_sites_each_construct(tmp_path) -> None:
     assert by["create_graph=<switch>"].replacement == "not (order == 2)"
 
 
+CUSTOM = textwrap.dedent(
+    """
+    import jax, torch
+    class Reverse(torch.autograd.Function):
+        @staticmethod
+        def forward(x, lam):
+            return -x  # a forward: not a custom backward, no site
+        @staticmethod
+        def backward(ctx, g):
+            return -ctx.lam * g, None
+    class Clip(torch.autograd.Function):
+        @staticmethod
+        def backward(ctx, g):
+            return None, None, g.clamp(ctx.lo, ctx.hi)
+    def _bwd(res, g):
+        lo, hi = res
+        return -g, jax.numpy.clip(g, lo, hi)
+    f.defvjp(_fwd, _bwd)
+    def plain(g):
+        return -g.clamp(0, 1)  # outside a custom backward: no site
+    y = sample(logits, hard=True)
+    z = sample(logits, hard=variant == "hard")
+    """
+)
+
+
+def test_find_sites_of_custom_backward_rules_and_straight_through_samples(tmp_path) -> None:
+    (tmp_path / "torch_impl").mkdir()
+    (tmp_path / "jax_impl").mkdir()
+    (tmp_path / "jax_impl" / "demo.py").write_text(CUSTOM, encoding="utf-8")
+    sites = selfcheck.find_sites(tmp_path)
+    assert [(s.construct, s.original, s.replacement) for s in sites] == [
+        ("custom backward: -g (sign flip)", "-ctx.lam", "(ctx.lam)"),
+        ("custom backward: clip", "g.clamp(ctx.lo, ctx.hi)", "(g)"),
+        ("custom backward: -g (sign flip)", "-g", "(g)"),
+        ("custom backward: clip", "jax.numpy.clip(g, lo, hi)", "(g)"),
+        ("hard=True (straight-through sample)", "True", "False"),
+        ("hard=<switch>", 'variant == "hard"', 'not (variant == "hard")'),
+    ]
+    src = CUSTOM.encode()
+    for s in sites:
+        ast.parse(src[: s.start] + s.replacement.encode() + src[s.end :])
+
+
 def test_covering_tests_for_a_scenario() -> None:
     args = selfcheck.covering_tests("basics")
     assert args[0] == "tests/test_parity.py" and "tests/test_basics.py" in args

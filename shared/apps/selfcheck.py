@@ -89,6 +89,12 @@ def _dotted(node: ast.AST) -> str:
 
 
 class _Finder(ast.NodeVisitor):
+    # custom backward rules (a torch.autograd.Function's `backward`, a bwd given to JAX's `defvjp`):
+    # their sign flips (gradient reversal) and clips are the gradient control of the pair
+    backward_names: frozenset[str] = frozenset()
+    in_function_class = False
+    in_backward = False
+
     def __init__(self, src: bytes, rel: str, module: str) -> None:
         self.src, self.rel, self.module = src, rel, module
         self.offsets = [0]
@@ -132,6 +138,11 @@ class _Finder(ast.NodeVisitor):
             self._add(node, "optax.set_to_zero()", "optax.identity()")
         elif name.endswith("DiffState") and len(node.args) == 2 and _dotted(node.args[1]) != "nnx.Param":
             self._add(node.args[1], "nnx.DiffState filter", "nnx.Param")
+        elif self.in_backward and attr in ("clip", "clamp") and isinstance(node.func, ast.Attribute):
+            # g.clamp(lo, hi) -> g; jnp.clip(g, lo, hi) -> g: the cotangent passes unclipped
+            module_call = _dotted(node.func.value) in ("jnp", "np", "numpy", "torch", "jax.numpy") and node.args
+            clipped = node.args[0] if module_call else node.func.value
+            self._add(node, "custom backward: clip", f"({self._text(clipped)})")
         for kw in node.keywords:
             if kw.arg == "requires_grad" and isinstance(kw.value, ast.Constant) and kw.value.value is False:
                 self._add(kw.value, "requires_grad=False", "True")
@@ -144,6 +155,40 @@ class _Finder(ast.NodeVisitor):
             elif kw.arg == "create_graph" and not isinstance(kw.value, ast.Constant):
                 # swap first- and second-order: the switch itself is inverted
                 self._add(kw.value, "create_graph=<switch>", f"not ({self._text(kw.value)})", "arith")
+            elif kw.arg == "hard" and isinstance(kw.value, ast.Constant) and kw.value.value is True:
+                self._add(kw.value, "hard=True (straight-through sample)", "False")
+            elif kw.arg == "hard" and not isinstance(kw.value, ast.Constant):
+                self._add(kw.value, "hard=<switch>", f"not ({self._text(kw.value)})")
+        self.generic_visit(node)
+
+    def visit_Module(self, node: ast.Module) -> None:
+        self.backward_names = frozenset(
+            call.args[1].id
+            for call in ast.walk(node)
+            if isinstance(call, ast.Call)
+            and isinstance(call.func, ast.Attribute)
+            and call.func.attr == "defvjp"
+            and len(call.args) >= 2
+            and isinstance(call.args[1], ast.Name)
+        )
+        self.generic_visit(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        outer = self.in_function_class
+        self.in_function_class = any(_dotted(b).endswith("autograd.Function") for b in node.bases)
+        self.generic_visit(node)
+        self.in_function_class = outer
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        outer = self.in_backward
+        custom = (self.in_function_class and node.name == "backward") or node.name in self.backward_names
+        self.in_backward = outer or custom
+        self.generic_visit(node)
+        self.in_backward = outer
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
+        if self.in_backward and isinstance(node.op, ast.USub):  # -λ·g: the reversal itself
+            self._add(node, "custom backward: -g (sign flip)", f"({self._text(node.operand)})", "arith")
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
