@@ -273,9 +273,9 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], jax.Array], Callable
 
     form "windows": tbptt.train_windows (value_and_grad per window in a scan); "one_backward":
     tbptt.unroll under one jax.value_and_grad of the summed loss. step() runs the jitted
-    function and returns the summed loss []. peak_bytes() is the compiled function's memory
-    analysis, temp + output bytes (what it allocates beyond its arguments, as the torch twin
-    counts), not a measured peak.
+    function (compiled once, on the first call of either) and returns the summed loss [].
+    peak_bytes() is the compiled function's memory analysis, temp + output bytes (what it
+    allocates beyond its arguments, as the torch twin counts), not a measured peak.
     Raises ValueError on an unknown form, a fixture that is not a float32 tbptt one, or a k that
     is not an int in [1, T] (dividing T for "windows").
     """
@@ -294,8 +294,15 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], jax.Array], Callable
 
         fn = jax.jit(jax.value_and_grad(summed))
 
+    compiled = []  # one compile serves the step and its memory analysis
+
+    def executable():
+        if not compiled:
+            compiled.append(fn.lower(*args).compile())
+        return compiled[0]
+
     def peak_bytes() -> int:
-        stats = fn.lower(*args).compile().memory_analysis()
+        stats = executable().memory_analysis()
         return int(stats.temp_size_in_bytes + stats.output_size_in_bytes)
 
-    return _synced(lambda: fn(*args)[0]), peak_bytes
+    return _synced(lambda: executable()(*args)[0]), peak_bytes

@@ -593,15 +593,23 @@ def test_a_tiny_time_budget_still_gives_a_complete_payload_with_fewer_rounds(tmp
     assert payload["settings"]["budget_s"] == 1.0 and list(payload["scenarios"]) == ["basics", "frozen_backbone"]
     capped = bench.capped_timings(payload)
     assert payload["settings"]["capped"] == len(capped) > 0 and "basics torch" in capped
-    for section in ("scenarios", "large"):
-        for row in payload[section].values():
-            assert all(row[c]["n"] == bench.MIN_ROUNDS and row[c]["capped"] for c in bench.COLUMNS if c in row)
-            assert row["unavailable"]["torch_compile"].startswith("not compiled: the time budget (--budget) was spent")
-    assert all(r["n"] == bench.MIN_ROUNDS for r in payload["freezing"]["torch"].values())
+    for row in payload["scenarios"].values():
+        assert all(row[c]["n"] == bench.MIN_ROUNDS and row[c]["capped"] for c in bench.COLUMNS if c in row)
+        assert row["unavailable"]["torch_compile"].startswith("not compiled: the time budget (--budget) was spent")
+    fb = payload["scenarios"]["frozen_backbone"]["unavailable"]
+    assert fb["jax_cached"] == fb["jax_split"] == fb["torch_compile"]  # no tuned column compiles past the budget
+    assert all(r["n"] == bench.MIN_ROUNDS for r in payload["freezing"]["torch"].values())  # the lesson is kept
+    assert "large" not in payload and payload["skipped"] == {  # the large sizes go first when time runs out
+        "large/frozen_backbone": "skipped: the time budget (--budget) was spent before it started"
+    }
+    assert payload["settings"]["skipped"] == 1
     out = " ".join(capsys.readouterr().out.split())
     assert f"time cap: {len(capped)} timing(s) got fewer than 50 rounds (at least {bench.MIN_ROUNDS})" in out
     assert "No CUDA GPU was available" in out
-    assert f"{len(capped)} timing(s) got fewer rounds than 50: the time budget ran out." in bench.markdown(payload)
+    md = bench.markdown(payload)
+    assert f"{len(capped)} timing(s) got fewer rounds than 50: the time budget ran out." in md
+    assert "- `large/frozen_backbone`: skipped: the time budget (--budget) was spent before it started" in md
+    assert "large/frozen_backbone: skipped" in out
 
 
 class _Fake:
@@ -646,8 +654,9 @@ def test_a_tuned_step_that_fails_or_disagrees_is_a_reason_never_a_crash(monkeypa
     assert row["unavailable"]["torch_compile"].endswith(": cannot compile this")  # its first sentence
     assert row["unavailable"]["jax_cached"] == "its first loss 1.5 is not the plain step's 1.0"
     assert "jax_split" in row and row["jax_split"]["fact"] == 1 and set(row["ratios"]) == {"jax", "jax_split"}
-    row = bench_steps.step_row(fx, "z_stopped", repeats=2, target_s=0.0, deadline=float("inf"), compile_ok=False)
-    assert "not compiled: the time budget" in row["unavailable"]["torch_compile"]
+    row = bench_steps.step_row(fx, "z_stopped", repeats=2, target_s=0.0, deadline=float("inf"), tune=False)
+    assert set(row["unavailable"]) == set(bench.TUNED) and set(row["ratios"]) == {"jax"}
+    assert all(why.startswith("not compiled: the time budget") for why in row["unavailable"].values())
     fake.broken = ("torch",)  # a plain step that fails is the scenario's bug: raised (the worker records it)
     with pytest.raises(RuntimeError, match="cannot compile this"):
         bench_steps.step_row(fx, "z_stopped", repeats=2, target_s=0.0, deadline=float("inf"))
@@ -710,3 +719,19 @@ def test_progress_shows_the_time_the_budget_has_left() -> None:
     with BenchProgress(1, bench.Budget(1.0, {}), quiet=True, console=quiet) as progress:
         progress.step("x")
     assert quiet.file.getvalue() == ""
+
+
+def test_tbptt_sweep_drops_the_longest_sequences_when_keep_says_so() -> None:
+    from shared.apps.bench.truncation import tbptt_section
+
+    cfg = {**QUICK["tbptt"], "T": (8, 16, 32)}
+    asked: list[tuple[int, int]] = []
+
+    def keep(t_steps: int, done: int) -> bool:
+        asked.append((t_steps, done))
+        return done < 2
+
+    out = tbptt_section(cfg, 1, 0.0, lambda left: float("inf"), lambda text: None, keep)
+    assert asked == [(8, 0), (16, 1), (32, 2)] and out["config"]["T"] == [8, 16]
+    assert len(out["rows"]) == 2 * 3 * 2 and {r["T"] for r in out["rows"]} == {8, 16}
+    assert all(g["T_ratio"] == 2 for g in out["growth"].values())

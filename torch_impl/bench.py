@@ -47,9 +47,11 @@ def configure(threads: int) -> dict[str, object]:
     quiet (the bench counts the breaks). Returns device().
     """
     import logging
+    import warnings
 
     import torch._inductor.config
 
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\._dynamo")
     torch.set_num_threads(threads)
     torch._inductor.config.compile_threads = 1
     torch._logging.set_logs(dynamo=logging.ERROR, inductor=logging.ERROR)

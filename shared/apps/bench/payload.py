@@ -38,6 +38,8 @@ GLOSSARY = {  # written into every payload, so that the JSON explains itself
     "jax, jax_cached, jax_split": "the scenario's JAX step as written (jit or nnx.jit); its nnx.jit calls "
     "through nnx.cached_partial; one jax.jit over the nnx.split state",
     "unavailable": "column -> why it has no timing (a compile error, no nnx.jit call to tune, the budget spent)",
+    "skipped": "what was not measured because the time budget was spent (large rows, the longest tbptt T)",
+    "errors": "rows whose plain step failed, and the error",
     "ratios": "column median / torch eager median, measured in the same run: < 1 means faster than torch eager",
     "best": "the fastest torch and JAX columns, and best JAX / best torch",
     "jax_over_torch": "JAX median / torch median (both as the scenario writes them): < 1 means JAX is faster",

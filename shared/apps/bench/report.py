@@ -234,7 +234,9 @@ def _warnings(payload: Mapping) -> list[str]:
                 f"(something else was using the CPUs): {', '.join(noisy[:8])}{' …' if len(noisy) > 8 else ''}.", ""]  # fmt: skip
     if capped:
         out += [f"{len(capped)} timing(s) got fewer rounds than {payload['settings']['repeats']}: the time budget ran out.", ""]  # fmt: skip
-    return out
+    for key, why in {**payload.get("skipped", {}), **payload.get("errors", {})}.items():
+        out += [f"- `{key}`: {why}"]
+    return out + ([""] if payload.get("skipped") or payload.get("errors") else [])
 
 
 def summary(payload: Mapping) -> str:

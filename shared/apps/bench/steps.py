@@ -28,22 +28,22 @@ def overhead(fx: Fixture, repeats: int, target_s: float, deadline: float) -> dic
     return interleaved(steps, repeats, max(target_s, 1e-3), deadline)
 
 
-def step_row(
-    fx: Fixture, variant: str, repeats: int, target_s: float, deadline: float, compile_ok: bool = True
-) -> dict:
+def step_row(fx: Fixture, variant: str, repeats: int, target_s: float, deadline: float, tune: bool = True) -> dict:
     """Time one scenario's step (fixture fx, the given variant) in every column; returns its payload row.
 
-    compile_ok False (the time budget is spent) leaves torch.compile out, with that reason.
+    tune False (the time budget is spent) leaves the tuned columns out (their compiles cost
+    seconds), with that reason.
     Raises what a plain make_step raises (a bad fixture or variant); a tuned step's failure is
     recorded, not raised.
     """
     name = fx.scenario
     candidates: dict[str, object] = {fw: impl(fw, name).make_step(fx, variant) for fw in ("torch", "jax")}
-    if compile_ok:
-        candidates.update(impl("torch", "bench").tuned_steps(fx, variant))
-    else:
-        candidates["torch_compile"] = "not compiled: the time budget (--budget) was spent before this step"
-    candidates.update(impl("jax", "bench").tuned_steps(fx, variant))
+    for fw in ("torch", "jax"):
+        tuned = impl(fw, "bench").tuned_steps(fx, variant)
+        if not tune:  # built (cheap), never called: a reason it has already stands
+            why = "not compiled: the time budget (--budget) was spent before this step"
+            tuned = {col: t if isinstance(t, str) else why for col, t in tuned.items()}
+        candidates.update(tuned)
     unavailable = {col: c for col, c in candidates.items() if isinstance(c, str)}
     built = {col: c for col, c in candidates.items() if not isinstance(c, str)}
     steps = {col: (c[0] if col in TUNED else c) for col, c in built.items()}
@@ -91,5 +91,5 @@ def _row(fx: Fixture, variant: str, timed: Mapping[str, dict], unavailable: Mapp
 
 
 def compile_allowed(deadline: float) -> bool:
-    """Whether a compile may start: the item's share of the budget is not spent."""
+    """Whether the tuned columns may compile: the item's share of the budget is not spent."""
     return deadline - time.monotonic() > 0.05

@@ -103,6 +103,8 @@ def print_tables(payload: Mapping, console: Console) -> None:
             f"{s.get('min_rounds', 1)}): the budget of {s['budget_s']:.0f} s ran out (--budget).[/yellow]",
             highlight=False,
         )
+    for key, why in payload.get("skipped", {}).items():
+        console.print(f"[yellow]{key}: {why}[/yellow]", highlight=False)
     for key, why in payload.get("errors", {}).items():
         console.print(f"error in {key}: {why}", markup=False, highlight=False)
     console.print(closing_note(payload), highlight=False, markup=False)

@@ -30,16 +30,27 @@ def tbptt_points(cfg: Mapping) -> list[tuple[int, str, int]]:
 
 
 def tbptt_section(
-    cfg: Mapping, repeats: int, target_s: float, deadline_of: Callable[[int], float], progress: Callable[[str], None]
+    cfg: Mapping,
+    repeats: int,
+    target_s: float,
+    deadline_of: Callable[[int], float],
+    progress: Callable[[str], None],
+    keep: Callable[[int, int], bool] = lambda t_steps, done: True,
 ) -> dict:
-    """Time and measure every point of the sweep; deadline_of(points left) gives each point's deadline."""
+    """Time and measure every point of the sweep; deadline_of(points left) gives each point's deadline.
+
+    keep(T, lengths done) is asked before each new sequence length: False drops it and every
+    longer one (the time budget is spent); config.T lists the lengths measured.
+    """
     torch_bench, jax_bench = impl("torch", "bench"), impl("jax", "bench")
     k_fixed, rows = cfg["k"], []
     dims = {key: cfg[key] for key in ("B", "I", "H", "O")}
     points = tbptt_points(cfg)
-    fixtures = {}
+    fixtures: dict[int, object] = {}
     for i, (t_steps, form, k) in enumerate(points):
         progress(f"tbptt T={t_steps} {form} k={k}")
+        if t_steps not in fixtures and not keep(t_steps, len(fixtures)):
+            break
         fx = fixtures.setdefault(t_steps, fixture("tbptt", {**dims, "T": t_steps, "G": 3 * dims["H"]}))
         t_step, t_peak = torch_bench.tbptt_step(fx, form, k)
         j_step, j_peak = jax_bench.tbptt_step(fx, form, k)
@@ -61,4 +72,5 @@ def tbptt_section(
                 "time_ratio": sel[-1]["min_s"] / sel[0]["min_s"],
                 "T_ratio": ts[-1] / ts[0],
             }
-    return {"config": {**dims, "k": k_fixed, "T": list(cfg["T"]), "cell": "gru"}, "rows": rows, "growth": growth}
+    measured = list(fixtures)
+    return {"config": {**dims, "k": k_fixed, "T": measured, "cell": "gru"}, "rows": rows, "growth": growth}

@@ -31,7 +31,7 @@ from shared.core.runner import impl
 __all__ = ["WEIGHTS", "available_cpus", "exit_with_parent", "pin", "main"]
 
 # each phase's share of the budget left when it starts (phases absent from a run drop out)
-WEIGHTS = {"overhead": 0.02, "scenarios": 0.33, "large": 0.35, "freezing": 0.12, "tbptt": 0.18}
+WEIGHTS = {"overhead": 0.02, "scenarios": 0.33, "freezing": 0.12, "tbptt": 0.18, "large": 0.35}
 
 
 def available_cpus() -> list[int]:
@@ -93,6 +93,35 @@ def _machine(config: Mapping, cpus: list[int], cpus_available: int, devices: dic
     }
 
 
+def _rows(names, section, sizes, repeats, budget, progress, errors, skipped) -> dict:
+    """The step rows of one section ("scenarios": fixture size, "large": sizes["large"]).
+
+    Each row gets an equal share of the phase; a large row that starts once the whole budget
+    is spent is skipped (the fixture-size rows never are: they make the payload); a row whose
+    plain step fails is recorded in errors, and the others go on.
+    """
+    rows = {}
+    for i, name in enumerate(names):
+        spec = registry.get(name)
+        progress.step(f"{name} ({'fixture size' if section == 'scenarios' else 'large'})")
+        deadline = budget.item(len(names) - i)
+        if section == "large" and budget.left() == 0:
+            skipped[f"large/{name}"] = "skipped: the time budget (--budget) was spent before it started"
+            continue
+        if section == "scenarios":
+            fx = make(name, "float32", seed=0, case=spec.cases[0])
+        else:
+            fx = fixture(name, sizes["large"][name])
+        try:
+            rows[name] = step_row(fx, spec.variants[0], repeats, sizes["target_s"], deadline, compile_allowed(deadline))
+        except Exception as exc:  # noqa: BLE001 - one broken step must not lose the whole run
+            errors[f"{section}/{name}"] = f"{type(exc).__name__}: {exc}"
+            continue
+        if section == "large":
+            rows[name]["dims"] = dict(sizes["large"][name])
+    return rows
+
+
 def main(config: Mapping, out_path: str) -> None:
     """Measure in this fresh interpreter and write the payload as JSON to out_path."""
     exit_with_parent(config["parent"])  # the pid the parent sent: it may be gone before this line runs
@@ -124,46 +153,42 @@ def main(config: Mapping, out_path: str) -> None:
         "glossary": GLOSSARY,
     }
     errors: dict[str, str] = {}
+    skipped: dict[str, str] = {}
+    spent = "skipped: the time budget (--budget) was spent before it started"
     with BenchProgress(sum(phases.values()), budget, config["quiet"]) as progress:
         budget.phase("overhead")
         progress.step("per-call overhead")
         payload["overhead"] = overhead(make("frozen_backbone", "float32", seed=0), repeats, target_s, budget.item(1))
-        for section in ("scenarios", "large"):
-            todo = names if section == "scenarios" else large
-            if not todo:
-                continue
-            budget.phase(section)
-            rows = payload[section] = {}
-            for i, name in enumerate(todo):
-                spec = registry.get(name)
-                progress.step(f"{name} ({'fixture size' if section == 'scenarios' else 'large'})")
-                deadline = budget.item(len(todo) - i)
-                if section == "scenarios":
-                    fx = make(name, "float32", seed=0, case=spec.cases[0])
-                else:
-                    fx = fixture(name, sizes["large"][name])
-                try:
-                    rows[name] = step_row(fx, spec.variants[0], repeats, target_s, deadline, compile_allowed(deadline))
-                except Exception as exc:  # noqa: BLE001 - one broken step must not lose the whole run
-                    errors[f"{section}/{name}"] = f"{type(exc).__name__}: {exc}"
-                    continue
-                if section == "large":
-                    rows[name]["dims"] = dict(sizes["large"][name])
-        if config["freezing"]:
+        budget.phase("scenarios")
+        payload["scenarios"] = _rows(names, "scenarios", sizes, repeats, budget, progress, errors, skipped)
+        if config["freezing"]:  # the lessons (C16, C11) before the large sizes: those go first when time runs out
             budget.phase("freezing")
             progress.step("frozen_backbone at bench size (C16)")
             payload["freezing"] = freezing_section(sizes["freezing"], repeats, target_s, budget.item(1))
         if config["tbptt"]:
             budget.phase("tbptt")
+
+            def keep(t_steps: int, done: int) -> bool:  # two lengths at least: a growth needs two points
+                if done < 2 or budget.left() > 0:
+                    return True
+                skipped[f"tbptt_memory/T={t_steps}"] = spent
+                return False
+
             payload["tbptt_memory"] = tbptt_section(
-                sizes["tbptt"], tbptt_repeats(repeats), target_s, budget.item, progress.step
+                sizes["tbptt"], tbptt_repeats(repeats), target_s, budget.item, progress.step, keep
             )
+        if large:
+            budget.phase("large")
+            payload["large"] = _rows(large, "large", sizes, repeats, budget, progress, errors, skipped)
     for section in ("scenarios", "large"):
         if not payload.get(section, True):
             del payload[section]  # every row failed: errors says why
     if errors:
         payload["errors"] = errors
+    if skipped:
+        payload["skipped"] = skipped
     payload["settings"]["capped"] = len(capped_timings(payload))
+    payload["settings"]["skipped"] = len(skipped)
     payload["machine"]["load_average_after"] = list(os.getloadavg())
     payload["settings"]["measuring_s"] = round(budget.elapsed(), 3)
     with open(out_path, "w", encoding="utf-8") as fh:
