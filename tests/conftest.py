@@ -11,6 +11,9 @@ import pytest
 # passes cost more than they save. Set before JAX starts its backend; values may change
 # by rounding only, and every tolerance stays as it is. An explicit XLA_FLAGS wins.
 os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
+# data_parallel cases run JAX on one process with two forced host devices (jax_impl/_distributed.py);
+# tests/test_dp_*.py start the real two-process runs themselves. An explicit setting wins.
+os.environ.setdefault("DETACH_PARITY_JAX_RANKS", "devices")
 
 from shared.core.runner import CaseResult, iter_cases, run_case
 
@@ -21,11 +24,18 @@ def case_result(scenario: str, variant: str, dtype: str, case: str, seed: int = 
     return run_case(scenario, variant, dtype, seed=seed, case=case)
 
 
+def _group(name: str) -> str:
+    """The xdist group of a scenario: its name; the data_parallel family shares one (its ranks start once per worker)."""
+    from shared.core.registry import get
+
+    return "data_parallel" if get(name).family == "data_parallel" else name
+
+
 def all_cases(family: str | None = None) -> list:
     """pytest params for every registered case, grouped per scenario for pytest-xdist."""
     return [
         pytest.param(
-            spec.name, v, case, dt, id=f"{spec.name}[{v}]-{case}-{dt}", marks=pytest.mark.xdist_group(spec.name)
+            spec.name, v, case, dt, id=f"{spec.name}[{v}]-{case}-{dt}", marks=pytest.mark.xdist_group(_group(spec.name))
         )
         for spec, v, case, dt in iter_cases(family=family)
     ]
@@ -47,4 +57,4 @@ def pytest_collection_modifyitems(config, items) -> None:
         stem = item.path.stem.removeprefix("test_")
         group = stem if stem in known else next((n for n in known if n in item.nodeid), None)
         if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(pytest.mark.xdist_group(_group(group)))

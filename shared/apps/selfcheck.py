@@ -88,6 +88,10 @@ def _dotted(node: ast.AST) -> str:
     return ".".join(reversed(parts))
 
 
+def _is_true(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is True
+
+
 class _Finder(ast.NodeVisitor):
     # custom backward rules (a torch.autograd.Function's `backward`, a bwd given to JAX's `defvjp`):
     # their sign flips (gradient reversal) and clips are the gradient control of the pair
@@ -138,6 +142,17 @@ class _Finder(ast.NodeVisitor):
             self._add(node, "optax.set_to_zero()", "optax.identity()")
         elif name.endswith("DiffState") and len(node.args) == 2 and _dotted(node.args[1]) != "nnx.Param":
             self._add(node.args[1], "nnx.DiffState filter", "nnx.Param")
+        elif attr == "no_sync" and not node.args:
+            # DDP accumulation without an all-reduce: every micro-batch syncs instead
+            self._add(node, "ddp.no_sync()", '__import__("contextlib").nullcontext()')
+        elif name in ("jax.lax.pmean", "lax.pmean") and len(node.args) == 2:
+            # the average over the data axis becomes a sum (W times the value)
+            self._add(node.func, "jax.lax.pmean(x, axis)", "jax.lax.psum", "arith")
+        elif name in ("jax.lax.psum", "lax.psum") and len(node.args) == 2:
+            self._add(node, "jax.lax.psum(x, axis)", f"({self._text(node.args[0])})")
+        elif name.endswith(("funcol.all_reduce", "_functional_collectives.all_reduce")) and node.args:
+            # the autograd-aware all-reduce: without it each rank keeps its own share
+            self._add(node, "funcol.all_reduce(x)", f"({self._text(node.args[0])})")
         elif self.in_backward and attr in ("clip", "clamp") and isinstance(node.func, ast.Attribute):
             # g.clamp(lo, hi) -> g; jnp.clip(g, lo, hi) -> g: the cotangent passes unclipped
             module_call = _dotted(node.func.value) in ("jnp", "np", "numpy", "torch", "jax.numpy") and node.args
@@ -155,6 +170,10 @@ class _Finder(ast.NodeVisitor):
             elif kw.arg == "create_graph" and not isinstance(kw.value, ast.Constant):
                 # swap first- and second-order: the switch itself is inverted
                 self._add(kw.value, "create_graph=<switch>", f"not ({self._text(kw.value)})", "arith")
+            elif kw.arg in ("find_unused_parameters", "static_graph") and _is_true(kw.value):
+                self._add(kw.value, f"{kw.arg}=True", "False")  # DDP no longer told about unused parameters
+            elif kw.arg == "axis_name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                self._add(kw.value, "axis_name='data' (statistics over the devices)", "None")
             elif kw.arg == "hard" and isinstance(kw.value, ast.Constant) and kw.value.value is True:
                 self._add(kw.value, "hard=True (straight-through sample)", "False")
             elif kw.arg == "hard" and not isinstance(kw.value, ast.Constant):

@@ -1,0 +1,152 @@
+"""shared.core.launch: ranks started and joined, a rank's error surfaced at once, timeouts named, ports retried,
+no orphan. Framework-free ranks (tests/_launch_rank.py), so each start costs a Python start-up, not a torch import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shared.core import fixtures, launch
+
+ROOT = Path(__file__).resolve().parents[1]
+RANK = "_launch_rank"
+pytestmark = pytest.mark.xdist_group("data_parallel")
+
+
+def _gone(pid: int) -> bool:
+    """True once `pid` has exited (a zombie waiting for a reaper counts as exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return True
+    return state in ("Z", "X")
+
+
+def _wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and not all(_gone(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if not _gone(p)]
+
+
+@pytest.fixture(scope="module")
+def fx():
+    return fixtures.make("basics", "float64", seed=0)
+
+
+@pytest.fixture
+def ranks():
+    r = launch.Ranks(RANK, 2).start()
+    yield r
+    r.close()
+
+
+def test_ranks_answer_jobs_and_close_without_leftovers(ranks, fx) -> None:
+    pids, folder = ranks.pids, ranks.dir
+    assert len(set(pids)) == 2 and ranks.alive and folder.is_dir()
+    out = ranks.run("basics", fx, "echo")
+    assert sorted(out) == ["rank", "x"] and int(out["rank"]) == 0  # rank 0's outputs are the case's
+    np.testing.assert_array_equal(out["x"], fx["x"])
+    replies = ranks.submit({"scenario": "basics", "variant": "echo", "fixture": _meta(fx, folder), "out": str(folder)})
+    assert [r["ok"] for r in replies] == [True, True] and ranks.pids == pids  # one start serves many jobs
+    np.testing.assert_array_equal(np.load(folder / "rank1.npz")["x"], 2 * fx["x"])  # rank 1 really ran
+    ranks.close()
+    assert not ranks.alive and not _wait_gone(pids) and not folder.exists()
+
+
+def _meta(fx, folder: Path) -> dict:
+    return launch.save_fixture(fx, folder / "given.npz")
+
+
+def test_a_rank_that_raises_fails_the_job_with_its_error_and_nothing_hangs(ranks, fx) -> None:
+    pids = ranks.pids
+    start = time.monotonic()
+    with pytest.raises(
+        launch.RankError, match=r"(?s)rank 1 failed in job 1 \(basics\[raise_on_1\]\).*boom from rank 1"
+    ):
+        ranks.run("basics", fx, "raise_on_1", timeout=60)
+    assert time.monotonic() - start < 10  # rank 0 blocks forever; the error did not wait for it
+    assert not ranks.alive and not _wait_gone(pids)  # the blocked peer was killed too
+    with pytest.raises(launch.RankError, match="not running"):
+        ranks.run("basics", fx, "echo")
+
+
+def test_a_timeout_names_the_rank_that_did_not_arrive(ranks, fx) -> None:
+    pids = ranks.pids
+    with pytest.raises(launch.RankTimeout, match=r"rank\(s\) \[1\] did not arrive .*\(answered: \[0\]\)"):
+        ranks.run("basics", fx, "hang_on_1", timeout=1.0)
+    assert not _wait_gone(pids)
+
+
+def test_a_rank_that_dies_is_reported_with_its_exit_code(ranks, fx) -> None:
+    with pytest.raises(launch.RankError, match=r"(?s)rank 1 failed in job 1 .*exited with code 7 before answering"):
+        ranks.run("basics", fx, "exit_on_1", timeout=60)
+
+
+def test_a_port_in_use_is_retried_on_another() -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        offered = iter([taken, launch.free_port()])
+        with launch.Ranks(RANK, 2, ports=lambda: next(offered)) as ranks:
+            assert ranks.ports_tried[0] == taken and ranks.port == ranks.ports_tried[1] != taken
+            assert ranks.alive
+        with pytest.raises(
+            launch.RankError, match=rf"port was in use on all 2 attempts \(ports \[{taken}, {taken}\]\)"
+        ):
+            launch.Ranks(RANK, 2, ports=lambda: taken, attempts=2).start()
+
+
+def test_a_killed_parent_leaves_no_orphan() -> None:
+    code = (
+        "import json, sys, time\n"
+        "from shared.core import launch\n"
+        f"r = launch.Ranks({RANK!r}, 2).start()\n"
+        "print(json.dumps(r.pids), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, cwd=ROOT, text=True)
+    try:
+        pids = json.loads(parent.stdout.readline())
+        assert len(pids) == 2 and not any(_gone(p) for p in pids)
+    finally:
+        parent.send_signal(signal.SIGKILL)  # no atexit, no finally: the ranks must notice alone
+        parent.wait(timeout=30)
+    assert not _wait_gone(pids), f"ranks {pids} outlived their killed parent"
+
+
+def test_pool_reuses_running_ranks_and_replaces_failed_ones(fx) -> None:
+    first = launch.pool(RANK, 2)
+    try:
+        assert launch.pool(RANK, 2) is first
+        with pytest.raises(launch.RankError):
+            first.run("basics", fx, "raise_on_1", timeout=60)
+        second = launch.pool(RANK, 2)
+        assert second is not first and second.alive
+        assert int(second.run("basics", fx, "echo")["rank"]) == 0
+    finally:
+        launch.close_pools()
+
+
+def test_fixture_round_trip_and_bad_arguments(tmp_path, fx) -> None:
+    meta = launch.save_fixture(fx, tmp_path / "f.npz")
+    back = launch.load_fixture(meta)
+    assert (back.scenario, back.dtype, back.seed, back.case) == ("basics", "float64", 0, "random")
+    for key in fx:
+        np.testing.assert_array_equal(back[key], fx[key])
+    with pytest.raises(ValueError, match="save_fixture: fx expected a shared.core.fixtures.Fixture, got dict"):
+        launch.save_fixture({"x": np.zeros(2)}, tmp_path / "g.npz")
+    with pytest.raises(ValueError, match="world expected an int >= 1, got 0"):
+        launch.Ranks(RANK, 0)

@@ -1,0 +1,106 @@
+"""dp_no_sync: gradient accumulation over micro-batches with DistributedDataParallel.no_sync, one SGD step.
+
+Gradient flow: each micro-batch's (loss / M).backward() accumulates into .grad; under
+`ddp.no_sync()` (around forward and backward) DDP skips the all-reduce, so micro-batches
+1..M-1 accumulate locally and the last one's backward all-reduces the sum: one all-reduce, the
+gradient of syncing every micro-batch (`sync_every_micro_batch`). DDP decides at forward time:
+`no_sync` around the backward alone still syncs. `step_on_first_micro_batch` is the off-by-one
+loop (`i % M == 0`): it syncs and steps on micro-batch 0 and leaves the rest unsynchronised in .grad.
+Port note: JAX has no no_sync: accumulate gradients of device-varying parameters (pcast) inside
+shard_map and pmean once; or step optax.MultiSteps on synchronised micro-batches.
+Shapes: B = W·M·b samples (M micro-batches of b per rank), D inputs, H hidden, O outputs; W = 2.
+Reference: torch DistributedDataParallel.no_sync; Goyal et al. 2017, arXiv:1706.02677.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from shared.core.checks import check_same_shape, check_variant
+from torch_impl._common import scenario_run
+from torch_impl._distributed import data_mesh, gather_ranks, on_ranks, shard
+from torch_impl._layout import grads_of, load_params, params_of
+
+__all__ = ["MLP", "build_model", "micro_batches", "micro_loss", "is_step", "accumulate", "run_rank", "run"]
+
+
+class MLP(nn.Module):
+    """pred [b, O] = l2(tanh(l1(x [b, D])))."""
+
+    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(d, h, dtype=dtype)
+        self.l2 = nn.Linear(h, o, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(x)))
+
+
+def build_model(fx) -> MLP:
+    """An MLP loaded with the fixture's canonical parameters (the same on every rank)."""
+    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    return load_params(MLP(fx.dims["D"], fx.dims["H"], fx.dims["O"], getattr(torch, fx.dtype)), params)
+
+
+def micro_batches(fx, key: str) -> list[torch.Tensor]:
+    """This rank's M micro-batches of a batch field: M tensors [b, ...]."""
+    return list(shard(fx, key).chunk(int(fx["micro_batches"])))
+
+
+def micro_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """mean ½‖pred - y‖² of one micro-batch. Raises ValueError unless pred and y are both [b, O]."""
+    check_same_shape("micro_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    return 0.5 * ((pred - y) ** 2).sum(dim=1).mean()
+
+
+def is_step(i: int, m: int, variant: str) -> bool:
+    """Whether micro-batch i (of M) ends the accumulation: the last, or the first in the off-by-one loop."""
+    check_variant("dp_no_sync", variant)
+    return i % m == 0 if variant == "step_on_first_micro_batch" else (i + 1) % m == 0
+
+
+def accumulate(ddp: DistributedDataParallel, optimizer, xs, ys, variant: str) -> torch.Tensor:
+    """One round over the micro-batches: accumulate (loss / M), sync and step where `is_step`; returns the mean loss."""
+    m, losses = len(xs), []
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        sync = variant == "sync_every_micro_batch" or is_step(i, m, variant)
+        context = contextlib.nullcontext() if sync else ddp.no_sync()  # GRAD-FLOW: accumulate locally, no all-reduce
+        with context:  # around the forward too: DDP decides at forward time whether backward syncs
+            loss = micro_loss(ddp(x), y)
+            (loss / m).backward()
+        losses.append(loss.detach())
+        if is_step(i, m, variant):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    return torch.stack(losses).mean()
+
+
+def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
+    """One rank's outputs: loss [] (mean micro-batch loss), moved/<param>, gap/<param>, pending/<param> (rank 0)."""
+    model = build_model(fx)
+    ddp = DistributedDataParallel(model, device_mesh=data_mesh())
+    optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
+    before = params_of(model)
+    loss = accumulate(ddp, optimizer, micro_batches(fx, "x"), micro_batches(fx, "y"), variant)
+    after, pending = params_of(model), grads_of(model)  # a .grad of None (stepped last): zeros
+    reference = build_model(fx)  # one device, the full batch: the step every variant should take
+    full_loss = micro_loss(reference(torch.tensor(np.array(fx["x"]))), torch.tensor(np.array(fx["y"])))
+    full_loss.backward()
+    full = grads_of(reference)
+    lr = fx.scalar("lr")
+    out = {"loss": np.mean(gather_ranks(loss), axis=0)}
+    out.update({f"moved/{k}": after[k] - before[k] for k in after})
+    out.update({f"gap/{k}": (after[k] - before[k]) + lr * full[k] for k in after})
+    out.update({f"pending/{k}": pending[k] for k in pending})
+    return out
+
+
+@scenario_run("dp_no_sync")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs of rank 0 (W = 2 gloo processes): loss [], moved/*, gap/* (vs one full-batch step), pending/*."""
+    return on_ranks("dp_no_sync", fx, variant)
