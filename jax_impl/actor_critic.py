@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, scenario_run, scenario_step
-from shared.core.checks import check_rank, check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
 
 __all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
 
@@ -48,6 +48,7 @@ class ActorCritic(nnx.Module):
 
 def build_model(fx) -> ActorCritic:
     """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture)."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(nnx.eval_shape(lambda: ActorCritic(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
@@ -59,10 +60,12 @@ def select_actions(logits: jax.Array, noise: jax.Array) -> tuple[jax.Array, jax.
     Returns (int actions [B], their log-probabilities [B]), both constants: what a rollout stores.
 
     Raises:
-      ValueError: logits and noise differ in shape.
+      ValueError: logits and noise differ in shape, or a noise value is outside (0, 1) (log(−log u) is
+        not finite there).
     Reference: Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030.
     """
     check_same_shape("select_actions", logits=logits.shape, noise=noise.shape)
+    check_values("select_actions", "noise", noise, low=0.0, high=1.0, low_open=True, high_open=True)
     logits = jax.lax.stop_gradient(logits)  # GRAD-FLOW: acting needs no graph
     actions = jnp.argmax(logits - jnp.log(-jnp.log(noise)), axis=-1)  # [B]
     return actions, jnp.take_along_axis(jax.nn.log_softmax(logits, axis=-1), actions[:, None], axis=1).squeeze(1)

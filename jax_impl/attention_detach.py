@@ -21,7 +21,7 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_variant, check_x64
 
 __all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "make_step", "run"]
 
@@ -46,6 +46,7 @@ class Attention(nnx.Module):
 
 def build_model(fx) -> Attention:
     """An Attention head loaded with the fixture's canonical kernels."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     return load_params(
         nnx.eval_shape(lambda: Attention(fx.dims["E"], fx.dims["K"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params

@@ -56,11 +56,6 @@ _grad_via_z = jax.jit(jax.grad(loss_via_z), static_argnames="variant")
 _grad_total = jax.jit(jax.grad(loss_total), static_argnames="variant")
 
 
-# basics jits jax.grad of each loss, which drops the value; the step also returns loss_total,
-# so it takes value_and_grad of the scenario's own loss_total (one compile per variant, module-wide)
-_basics_value_and_grad_total = jax.jit(jax.value_and_grad(loss_total), static_argnames="variant")
-
-
 # the step also returns loss_total, which jax.grad drops: value_and_grad of the scenario's own
 # loss_total (one compile per variant, module-wide)
 _value_and_grad_total = jax.jit(jax.value_and_grad(loss_total), static_argnames="variant")

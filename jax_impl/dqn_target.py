@@ -24,7 +24,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_scalar, check_values, check_variant, check_x64
 
 __all__ = [
     "QNetwork",
@@ -52,6 +52,7 @@ class QNetwork(nnx.Module):
 
 def build_networks(fx) -> tuple[QNetwork, QNetwork]:
     """(online, target) Q-networks loaded with the fixture's canonical parameters."""
+    check_x64("build_networks", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     nets = []
     for net in ("online", "target"):
@@ -70,8 +71,19 @@ def greedy(q: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def td_targets(online: QNetwork, target: QNetwork, batch: dict, gamma: jax.Array, variant: str) -> jax.Array:
-    """y [B] = r + γ·(1 − done)·v(s′) (v per variant, see the scenario); stopped unless residual_gradient."""
+    """y [B] = r + γ·(1 − done)·v(s′) (v per variant, see the scenario); stopped unless residual_gradient.
+
+    Args: batch with rewards [B], dones [B] in {0, 1}, next_obs [B, D]; gamma in [0, 1].
+    Raises:
+      ValueError: rewards not [B] (a [B, 1] reward broadcasts y to [B, B]), dones of another shape,
+        γ outside [0, 1], or a done outside {0, 1} (values are checked when concrete, not under jit).
+    """
     check_variant("dqn_target", variant)
+    rewards, dones = batch["rewards"], batch["dones"]
+    check_rank("td_targets", "rewards", rewards.shape, "B")  # [B, 1] would broadcast y to [B, B] (P14)
+    check_same_shape("td_targets", rewards=rewards.shape, dones=dones.shape)
+    check_scalar("td_targets", "gamma", gamma, 0.0, 1.0)
+    check_values("td_targets", "dones", dones, choices=(0.0, 1.0))
     next_obs = batch["next_obs"]
     if variant == "target_network":
         v, _ = greedy(target(next_obs))
@@ -80,7 +92,8 @@ def td_targets(online: QNetwork, target: QNetwork, batch: dict, gamma: jax.Array
         v = jnp.take_along_axis(target(next_obs), a_star[:, None], axis=1).squeeze(1)
     else:
         v, _ = greedy(online(next_obs))
-    y = batch["rewards"] + gamma * (1.0 - batch["dones"]) * v  # [B]
+    check_same_shape("td_targets", rewards=rewards.shape, next_values=v.shape)
+    y = rewards + gamma * (1.0 - dones) * v  # [B]
     if variant != "residual_gradient":
         y = jax.lax.stop_gradient(y)  # GRAD-FLOW: TD target is a constant for the online net
     return y
@@ -114,7 +127,11 @@ def train_step(online: QNetwork, target: QNetwork, optimizer: nnx.Optimizer, bat
 
 
 def soft_update(online: nnx.Module, target: nnx.Module, tau: float) -> nnx.Module:
-    """target ← τ·online + (1 − τ)·target, in place; returns target. Reference: Lillicrap et al. 2016, arXiv:1509.02971."""
+    """target ← τ·online + (1 − τ)·target, in place; returns target. Reference: Lillicrap et al. 2016, arXiv:1509.02971.
+
+    Raises ValueError unless tau is a number in [0, 1].
+    """
+    check_scalar("soft_update", "tau", tau, 0.0, 1.0)
     online_p, target_p = nnx.state(online, nnx.Param), nnx.state(target, nnx.Param)
     # GRAD-FLOW: a target update is a parameter write, outside any graph
     nnx.update(target, optax.incremental_update(new_tensors=online_p, old_tensors=target_p, step_size=tau))

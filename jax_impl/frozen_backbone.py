@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
-from shared.core.checks import check_rank, check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
 
 __all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "make_step", "run"]
 
@@ -59,6 +59,7 @@ class Classifier(nnx.Module):
 
 def build_model(fx) -> Classifier:
     """A Classifier loaded with the fixture's canonical parameters."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(nnx.eval_shape(lambda: Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
@@ -67,6 +68,7 @@ def build_model(fx) -> Classifier:
 def make_optimizer(model: Classifier, fx, variant: str) -> nnx.Optimizer:
     """optax.adamw over the trainable parameters; only the head unless the backbone trains."""
     check_variant("frozen_backbone", variant)
+    check_x64("make_optimizer", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     wrt = nnx.Param
     if variant in ("freeze_params", "detach_features"):
         wrt = HEAD  # GRAD-FLOW: frozen leaves stay out of the optimizer
@@ -83,10 +85,12 @@ def _adamw(lr: float, b1: float, b2: float, eps: float, weight_decay: float) -> 
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """Mean softmax cross-entropy of logits [B, C] against int labels [B].
 
-    Raises ValueError unless logits is 2-D with the labels' batch size B.
+    Raises ValueError unless logits is 2-D with the labels' batch size B and every label is in [0, C)
+    (out of range, torch raises IndexError and optax silently gives a wrong loss).
     """
     check_rank("cross_entropy", "logits", logits.shape, "BC")
     check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
+    check_values("cross_entropy", "labels", labels, low=0, high=logits.shape[-1], high_open=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 

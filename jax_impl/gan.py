@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_values, check_variant, check_x64
 
 __all__ = [
     "MLP",
@@ -61,6 +61,7 @@ class GAN(nnx.Module):
 
 def build_model(fx) -> GAN:
     """A GAN loaded with the fixture's canonical parameters."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     dims = fx.dims
     return load_params(
@@ -71,6 +72,7 @@ def build_model(fx) -> GAN:
 
 def make_optimizers(model: GAN, fx) -> tuple[nnx.Optimizer, nnx.Optimizer]:
     """(d_opt, g_opt): optax.adam(lr, b1, b2, eps) over the discriminator and over the generator."""
+    check_x64("make_optimizers", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     tx = _adam(fx.scalar("lr"), fx.scalar("b1"), fx.scalar("b2"), fx.scalar("eps"))
     d_opt = nnx.Optimizer(model.disc, tx, wrt=nnx.Param)  # GRAD-FLOW: the discriminator step updates only D
     g_opt = nnx.Optimizer(model.gen, tx, wrt=nnx.Param)  # GRAD-FLOW: the generator step updates only G
@@ -78,8 +80,12 @@ def make_optimizers(model: GAN, fx) -> tuple[nnx.Optimizer, nnx.Optimizer]:
 
 
 def bce_with_logits(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean binary cross-entropy of logits [B, O] against labels [B, O] in {0, 1}. Raises ValueError on a shape mismatch."""
+    """Mean binary cross-entropy of logits [B, O] against labels [B, O] in [0, 1].
+
+    Raises ValueError on a shape mismatch or a label outside [0, 1].
+    """
     check_same_shape("bce_with_logits", logits=logits.shape, labels=labels.shape)
+    check_values("bce_with_logits", "labels", labels, low=0.0, high=1.0)
     return optax.sigmoid_binary_cross_entropy(logits, labels).mean()
 
 

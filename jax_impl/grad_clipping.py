@@ -24,7 +24,7 @@ import numpy as np
 import optax
 
 from jax_impl._common import array, flat, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_values, check_variant, check_x64
 
 __all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "make_step", "run"]
 
@@ -51,6 +51,7 @@ class Recurrent:
 
 def build_model(fx) -> tuple[Recurrent, dict]:
     """(Recurrent, canonical parameter pytree) from the fixture."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params: dict = {}
     for key in fx:
         if not key.startswith("params/"):
@@ -66,10 +67,11 @@ def build_model(fx) -> tuple[Recurrent, dict]:
 def masked_loss(y: jax.Array, target: jax.Array, mask: jax.Array, weight: jax.Array) -> jax.Array:
     """weight * 0.5 * mean(mask * (y - target)^2) over y, target [K, B, O], mask [K, B] (0 = padding).
 
-    Raises ValueError if y and target shapes differ, or mask is not [K, B].
+    Raises ValueError if y and target shapes differ, or mask is not [K, B] with values in {0, 1}.
     """
     check_same_shape("masked_loss", y=y.shape, target=target.shape)
     check_same_shape("masked_loss", y_steps=y.shape[:-1], mask=mask.shape)
+    check_values("masked_loss", "mask", mask, choices=(0.0, 1.0))
     return weight * 0.5 * jnp.mean((mask[..., None] * (y - target)) ** 2)
 
 
@@ -78,7 +80,9 @@ def clip_by_global_norm_torch(max_norm: jax.Array | float) -> optax.GradientTran
 
     Stateless. Only the norm's value is used, never differentiated (its gradient at an
     all-zero tree is NaN, P02); all-zero gradients give coefficient 1 and stay zero.
+    Raises ValueError unless max_norm > 0 (a negative one flips g; a traced one is checked by its caller).
     """
+    check_scalar("clip_by_global_norm_torch", "max_norm", max_norm, 0.0, low_open=True)
 
     def scale(updates, params=None):
         coef = jnp.minimum(max_norm / (optax.tree.norm(updates) + TORCH_EPS), 1.0)

@@ -16,14 +16,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl._common import array, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_variant
 
 __all__ = ["predict", "mse_loss", "make_step", "run"]
 
 
 def predict(w: jax.Array, b: jax.Array, x: jax.Array, variant: str) -> jax.Array:
-    """y_hat [B] = x [B, D] @ w [D] + b []; x stopped in variant "x_stopped"."""
+    """y_hat [B] = x [B, D] @ w [D] + b []; x stopped in variant "x_stopped".
+
+    Raises ValueError unless x is [B, D], w [D] and b a scalar.
+    """
     check_variant("linear_regression", variant)
+    check_rank("predict", "x", tuple(x.shape), "BD")  # a [D, 1] w or a [B] x would broadcast silently
+    check_rank("predict", "w", tuple(w.shape), "D")
+    check_rank("predict", "b", tuple(b.shape), "")
+    check_same_shape("predict", x_features=tuple(x.shape[1:]), w=tuple(w.shape))
     if variant == "x_stopped":
         x = jax.lax.stop_gradient(x)  # GRAD-FLOW: the input is data, not something to learn
     return x @ w + b

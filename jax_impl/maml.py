@@ -22,7 +22,8 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from shared.core import registry
+from shared.core.checks import check_int, check_same_shape, check_scalar, check_variant, check_x64
 
 __all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
 
@@ -40,6 +41,7 @@ class MLP(nnx.Module):
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's initial (meta) parameters θ."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
@@ -65,8 +67,14 @@ def adapt(
     steps: int,
     variant: str,
 ) -> nnx.State:
-    """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a traceable function of θ."""
+    """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a traceable function of θ.
+
+    Raises ValueError unless steps is an int in [1, 10] (the loop is unrolled: 100 steps once took
+    190 s to compile) and α is a number > 0.
+    """
     check_variant("maml", variant)
+    check_int("adapt", "steps", steps, 1, registry.get("maml").constants["max_inner_steps"])
+    check_scalar("adapt", "alpha", alpha, 0.0, low_open=True)
     for _ in range(steps):
         grads = jax.grad(task_loss, argnums=1)(graphdef, params, x, y)
         if variant == "first_order":

@@ -26,7 +26,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
 
 __all__ = [
     "Regressor",
@@ -65,6 +65,7 @@ class Regressor(nnx.Module):
 
 def build_model(fx) -> Regressor:
     """A Regressor whose master weights are the fixture's canonical parameters (fixture dtype)."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
@@ -123,7 +124,13 @@ def make_scaler(fx, variant: str) -> LossScale:
 
 def make_optimizer(hp: dict[str, jax.Array], skip_nonfinite: bool) -> optax.GradientTransformation:
     """optax.adam from the hyper-parameters hp (lr, b1, b2, eps: arrays, so that one compile serves
-    every fixture), wrapped in apply_if_finite unless skip_nonfinite is False (the naive port)."""
+    every fixture), wrapped in apply_if_finite unless skip_nonfinite is False (the naive port).
+
+    Raises ValueError unless lr > 0, b1, b2 in [0, 1) and eps > 0 (traced values: checked by their caller)."""
+    check_scalar("make_optimizer", "lr", hp["lr"], 0.0, low_open=True)
+    for name in ("b1", "b2"):
+        check_scalar("make_optimizer", name, hp[name], 0.0, 1.0, high_open=True)
+    check_scalar("make_optimizer", "eps", hp["eps"], 0.0, low_open=True)
     tx = optax.adam(hp["lr"], b1=hp["b1"], b2=hp["b2"], eps=hp["eps"])
     if skip_nonfinite:
         tx = optax.apply_if_finite(tx, MAX_SKIPS)  # GRAD-FLOW: a non-finite gradient never reaches the parameters

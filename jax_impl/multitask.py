@@ -21,7 +21,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, scenario_run, scenario_step
-from shared.core.checks import check_rank, check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
 
 __all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "make_step", "run"]
 
@@ -47,6 +47,7 @@ class MultiTaskNet(nnx.Module):
 
 def build_model(fx) -> MultiTaskNet:
     """A MultiTaskNet loaded with the fixture's canonical parameters (dtype of the fixture)."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(nnx.eval_shape(lambda: MultiTaskNet(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
@@ -56,12 +57,14 @@ def task_losses(pred1: jax.Array, y1: jax.Array, logits2: jax.Array, labels: jax
     """(loss1, loss2): mean squared error of pred1 [B] vs y1 [B]; cross-entropy of logits2 [B, C] vs labels [B] int.
 
     Raises:
-      ValueError: pred1 and y1 differ in shape (e.g. [B, 1] vs [B]), or a batch size mismatch.
+      ValueError: pred1 and y1 differ in shape (e.g. [B, 1] vs [B]), a batch size mismatch, or a label
+        outside [0, C) (torch raises IndexError, optax silently gives a wrong loss).
     Reference: Caruana 1997.
     """
     check_same_shape("task_losses", pred1=pred1.shape, y1=y1.shape)
     check_rank("task_losses", "logits2", logits2.shape, "BC")
     check_same_shape("task_losses", logits2_batch=logits2.shape[:1], labels=labels.shape)
+    check_values("task_losses", "labels", labels, low=0, high=logits2.shape[-1], high_open=True)
     return jnp.mean((pred1 - y1) ** 2), optax.softmax_cross_entropy_with_integer_labels(logits2, labels).mean()
 
 

@@ -21,7 +21,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, load_params, numpy, scenario_run, scenario_step
-from shared.core.checks import check_rank, check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
 
 __all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "make_step", "run"]
 
@@ -42,6 +42,7 @@ def build_model(fx) -> Classifier:
 
     Built with nnx.eval_shape: the random initialisation is never computed, the fixture supplies every leaf.
     """
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(nnx.eval_shape(lambda: Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
@@ -50,10 +51,12 @@ def build_model(fx) -> Classifier:
 def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """Mean softmax cross-entropy of logits [B, C] against int labels [B].
 
-    Raises ValueError unless logits is 2-D with the labels' batch size B.
+    Raises ValueError unless logits is 2-D with the labels' batch size B and every label is in [0, C)
+    (out of range, torch raises IndexError and optax silently gives a wrong loss).
     """
     check_rank("cross_entropy", "logits", logits.shape, "BC")
     check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
+    check_values("cross_entropy", "labels", labels, low=0, high=logits.shape[-1], high_open=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 

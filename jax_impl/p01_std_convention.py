@@ -3,7 +3,8 @@
 Gradient flow: x -> std(x) -> sum -> loss; d std_i / d x_ij = (x_ij − mean_i) / ((N − 1) std_i).
 Port note: torch `x.std(dim)` is unbiased (correction=1, divide by N − 1); `jnp.std`
 divides by N (ddof=0). Port `x.std(dim)` as `jnp.std(x, axis, ddof=1)` and torch
-`correction=0` as the jnp default. `naive` is the straightforward `jnp.std(x, -1)`:
+`correction=0` as the jnp default; on a constant row torch's gradient is 0 and jnp.std's
+NaN, so the port takes the square root behind a double `jnp.where`. `naive` is the straightforward `jnp.std(x, -1)`:
 every std is sqrt((N − 1)/N) too small, with no error.
 Shapes: R rows, N elements per row.
 Reference: JAX docs, jax.numpy.std (ddof).
@@ -24,11 +25,17 @@ __all__ = ["row_std", "run"]
 
 
 def row_std(x: jax.Array, variant: str) -> jax.Array:
-    """Std over the last axis: [R, N] -> [R]; unbiased (ddof=1) in "ported", ddof=0 in "naive"."""
+    """Std over the last axis: [R, N] -> [R]; unbiased (ddof=1) in "ported", ddof=0 in "naive".
+
+    "ported" has torch's gradient on a constant row too: 0, where d sqrt(var) = 0 / 0 makes
+    jnp.std's NaN (a double where keeps sqrt away from 0). "naive" is jnp.std as is: NaN there.
+    """
     check_variant("p01_std_convention", variant)
     if variant == "naive":
         return jnp.std(x, axis=-1)  # the straightforward port: population std
-    return jnp.std(x, axis=-1, ddof=1)
+    var = jnp.var(x, axis=-1, ddof=1)
+    varies = var > 0
+    return jnp.where(varies, jnp.sqrt(jnp.where(varies, var, 1.0)), 0.0)  # jnp.std's value, torch's gradient at 0
 
 
 @functools.partial(jax.jit, static_argnames="variant")

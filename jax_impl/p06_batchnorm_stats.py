@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, load_params, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_variant, check_x64
 
 __all__ = ["make_batch_norm", "run"]
 
@@ -52,6 +52,7 @@ class _TorchBatchNorm(nnx.Module):
 def make_batch_norm(fx, variant: str) -> nnx.Module:
     """Torch-rule BatchNorm ("ported") or nnx.BatchNorm(momentum=m) ("naive"), with the fixture's state."""
     check_variant("p06_batchnorm_stats", variant)
+    check_x64("make_batch_norm", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     f, m, dtype = fx.dims["F"], fx.scalar("momentum"), jnp.dtype(fx.dtype)
     if variant == "naive":

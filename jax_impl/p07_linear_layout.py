@@ -16,7 +16,7 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_variant, check_x64
 
 __all__ = ["load_linear", "mse", "run"]
 
@@ -24,6 +24,7 @@ __all__ = ["load_linear", "mse", "run"]
 def load_linear(fx, variant: str) -> nnx.Linear:
     """nnx.Linear(I, O) from the fixture's torch state dict: kernel = weight.T ("naive": weight as is)."""
     check_variant("p07_linear_layout", variant)
+    check_x64("load_linear", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     weight = np.asarray(fx["state_dict/weight"])  # [O, I]
     o, i = weight.shape
     kernel = weight if variant == "naive" else weight.T  # [I, O]

@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, load_params, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_variant, check_x64
 
 __all__ = ["make_cell", "unroll", "run"]
 
@@ -49,6 +49,7 @@ def make_cell(fx, variant: str) -> nnx.Module:
       ValueError: G != 3H.
     """
     check_variant("p08_gru_bias", variant)
+    check_x64("make_cell", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     g, h, i, dtype = fx.dims["G"], fx.dims["H"], fx.dims["I"], jnp.dtype(fx.dtype)
     if g != 3 * h:
         raise ValueError(f"p08_gru_bias: state_dict rows G expected 3H = {3 * h}, got {g}")

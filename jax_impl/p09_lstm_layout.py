@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, numpy, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_variant, check_x64
 
 __all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
 
@@ -65,6 +65,7 @@ def _flax_params(params: dict[str, jax.Array], variant: str) -> dict:
 def build_model(fx, variant: str) -> Recurrent:
     """A Recurrent (abstract, no initialisation compute) for the fixture's D, H and dtype; `_flax_params` fills it."""
     check_variant("p09_lstm_layout", variant)
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     d, h, dtype = fx.dims["D"], fx.dims["H"], jnp.dtype(fx.dtype)
     return nnx.eval_shape(lambda: Recurrent(d, h, dtype, nnx.Rngs(0)))
 

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from jax_impl._common import array, grads_of, numpy, scenario_run
-from shared.core.checks import check_variant
+from shared.core.checks import check_scalar, check_variant
 
 __all__ = ["loss_fn", "gradients", "sgd_step", "run"]
 
@@ -40,7 +40,12 @@ def gradients(params: dict[str, jax.Array], variant: str) -> dict[str, jax.Array
 
 
 def sgd_step(params: dict[str, jax.Array], grads: dict[str, jax.Array], lr: float, wd: float) -> dict[str, jax.Array]:
-    """SGD with coupled weight decay over the leaves in `grads`; the other leaves are returned unchanged."""
+    """SGD with coupled weight decay over the leaves in `grads`; the other leaves are returned unchanged.
+
+    Raises ValueError unless lr > 0 and wd >= 0 (numbers).
+    """
+    check_scalar("sgd_step", "lr", lr, 0.0, low_open=True)
+    check_scalar("sgd_step", "wd", wd, 0.0)
     tx = optax.chain(optax.add_decayed_weights(wd), optax.sgd(lr))
     stepped = {k: params[k] for k in grads}
     updates, _ = tx.update(grads, tx.init(stepped), stepped)

@@ -12,19 +12,26 @@ Reference: Lillicrap et al. 2016, arXiv:1509.02971 (soft target updates).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
 
 from jax_impl._common import load_params, params_of, scenario_run
-from shared.core.checks import check_variant
+from shared.core.checks import check_scalar, check_variant, check_x64
 
 __all__ = ["build_layer", "soft_update", "run"]
 
 
 def build_layer(fx, net: str) -> nnx.Linear:
-    """nnx.Linear(I, O) loaded with the fixture's `<net>/kernel` [I, O] and `<net>/bias` [O]."""
+    """nnx.Linear(I, O) loaded with the fixture's `<net>/kernel` [I, O] and `<net>/bias` [O].
+
+    Raises ValueError unless net is "online" or "target".
+    """
+    if net not in ("online", "target"):
+        raise ValueError(f"build_layer: net expected one of ['online', 'target'], got {net!r}")
+    check_x64("build_layer", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix(f"{net}/"): v for k, v in fx.items() if k.startswith(f"{net}/")}
     i, o, dtype = fx.dims["I"], fx.dims["O"], jnp.dtype(fx.dtype)
     layer = nnx.eval_shape(
@@ -34,8 +41,12 @@ def build_layer(fx, net: str) -> nnx.Linear:
 
 
 def soft_update(online: nnx.Module, target: nnx.Module, tau: float, variant: str = "ported") -> None:
-    """In place: target <- tau * online + (1 - tau) * target ("naive": arguments swapped). Source: PITFALLS P17."""
+    """In place: target <- tau * online + (1 - tau) * target ("naive": arguments swapped). Source: PITFALLS P17.
+
+    Raises ValueError unless tau is a number in [0, 1], or for an unknown variant.
+    """
     check_variant("p17_soft_update_order", variant)
+    check_scalar("soft_update", "tau", tau, 0.0, 1.0)
     new, old = nnx.state(online, nnx.Param), nnx.state(target, nnx.Param)
     if variant == "naive":
         new, old = old, new  # the straightforward port: "update the target" reads as target first

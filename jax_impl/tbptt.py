@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl._common import array, flat, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_truncation, truncation_length
+from shared.core.checks import check_same_shape, check_truncation, check_x64, truncation_length
 
 __all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
 
@@ -60,6 +60,7 @@ class Recurrent:
 
 def build_model(fx, cell: str) -> tuple[Recurrent, dict]:
     """(Recurrent, canonical parameter pytree) of one cell from the fixture."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     prefix = f"params/{cell}/"
     params: dict = {}
     for key in fx:
@@ -83,7 +84,9 @@ def unroll(model: Recurrent, params: dict, x: jax.Array, h: jax.Array, k: int) -
 
     One scan over the steps; `starts` [T] marks the window starts t % k == 0. The mask
     is data, not structure, so one compiled scan serves every k (see unroll_windows).
+    Raises ValueError unless k is an int in [1, T] (k = 0 once ran as k = 1; a traced k is run's, checked there).
     """
+    check_truncation("unroll", k, x.shape[0], divides=False)
     starts = jnp.arange(x.shape[0]) % k == 0
 
     def step(h, inputs):

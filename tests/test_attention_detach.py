@@ -104,3 +104,16 @@ def test_mse_loss_refuses_broadcasting(module) -> None:
     lib = torch if module is tattn else jnp
     with pytest.raises(ValueError, match=r"mse_loss: context has shape \(4, 2\) but target has shape \(4, 1\)"):
         module.mse_loss(lib.zeros((4, 2)), lib.zeros((4, 1)))
+
+
+def test_random_case_follows_the_seed_and_named_cases_ignore_it() -> None:
+    """--seed once changed nothing here: every case was the fixed SEED. `random` draws from the seed."""
+    one, two = (fixtures.make("attention_detach", "float64", seed=s, case="random") for s in (1, 2))
+    assert not np.array_equal(one["x"], two["x"]) and not np.array_equal(one["params/q/kernel"], two["params/q/kernel"])
+    np.testing.assert_array_equal(one["x"], fixtures.make("attention_detach", "float64", seed=1, case="random")["x"])
+    masks = [fixtures.make("attention_detach", "float64", seed=s, case="random")["mask"] for s in range(40)]
+    assert len({m.tobytes() for m in masks}) > 30  # the mask is drawn too
+    assert all((m.sum(axis=1) >= 2).any() for m in masks)  # Q and K always have a gradient to lose
+    for case in CASES:
+        a, b = (fixtures.make("attention_detach", "float64", seed=s, case=case) for s in (1, 2))
+        np.testing.assert_array_equal(a["x"], b["x"])

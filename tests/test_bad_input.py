@@ -263,3 +263,222 @@ def test_data_vs_detach_write_refuses_a_typod_how() -> None:
         (out,) = _tensors(framework, (3,))
         with pytest.raises(ValueError, match=r"write_zeros: how expected one of \[.+\], got 'detach_clon'"):
             impl(framework, "data_vs_detach").write_zeros(out, "detach_clon")
+
+
+# Public helpers check their arguments the way fixtures are checked (issue 15 item 7) ------------
+
+
+def _fw_arrays(framework: str, fx, *keys):
+    """Fixture fields as new arrays of the framework (own memory, the fixture's dtype)."""
+    if framework == "torch":
+        return [torch.tensor(np.array(fx[k])) for k in keys]
+    return [jnp.asarray(fx[k]) for k in keys]
+
+
+def _dqn_targets(framework: str, **changes):
+    m = impl(framework, "dqn_target")
+    fx = fixtures.make("dqn_target", "float32")
+    online, target = m.build_networks(fx)
+    keys = ("rewards", "dones", "next_obs")
+    batch = dict(zip(keys, _fw_arrays(framework, fx, *keys), strict=True))
+    gamma = changes.pop("gamma", fx.scalar("gamma"))
+    for key, value in changes.items():
+        batch[key] = torch.tensor(value) if framework == "torch" else jnp.asarray(value)
+    return m.td_targets(online, target, batch, gamma, "target_network")
+
+
+def _dones(b: int, bad: float) -> np.ndarray:
+    out = np.zeros(b, dtype=np.float32)
+    out[1] = bad
+    return out
+
+
+def _tbptt_unroll(framework: str, k):
+    m = impl(framework, "tbptt")
+    fx = fixtures.make("tbptt", "float32")
+    x, h0 = _fw_arrays(framework, fx, "x", "h0")
+    if framework == "torch":
+        return m.unroll(m.build_model(fx, "elman"), x, h0, k)
+    model, params = m.build_model(fx, "elman")
+    return m.unroll(model, params, x, h0, k)
+
+
+def _maml_adapt(framework: str, steps):
+    m = impl(framework, "maml")
+    fx = fixtures.make("maml", "float32", case="n1")
+    x, y = _fw_arrays(framework, fx, "support_x", "support_y")
+    model = m.build_model(fx)
+    if framework == "torch":
+        return m.adapt(model, dict(model.named_parameters()), x[0], y[0], 0.01, steps, "second_order")
+    from flax import nnx
+
+    graphdef, params = nnx.split(model)
+    return m.adapt(graphdef, params, x[0], y[0], 0.01, steps, "second_order")
+
+
+def _soft_update(framework: str, scenario: str, tau):
+    m = impl(framework, scenario)
+    fx = fixtures.make(scenario, "float32")
+    if scenario == "dqn_target":
+        online, target = m.build_networks(fx)
+    else:
+        online, target = m.build_layer(fx, "online"), m.build_layer(fx, "target")
+    return m.soft_update(online, target, tau)
+
+
+def _ce(framework: str, scenario: str, bad_label: int):
+    (logits,) = _tensors(framework, (3, 4))
+    labels = np.array([0, bad_label, 1])
+    labels = torch.tensor(labels) if framework == "torch" else jnp.asarray(labels)
+    m = impl(framework, scenario)
+    if scenario == "multitask":
+        return m.task_losses(*_tensors(framework, (3,), (3,)), logits, labels)
+    return m.cross_entropy(logits, labels)
+
+
+def _array(framework: str, values) -> object:
+    values = np.asarray(values, dtype=np.float32)
+    return torch.tensor(values) if framework == "torch" else jnp.asarray(values)
+
+
+def _p11_step(framework: str, lr, wd):
+    m = impl(framework, "p11_none_vs_zero_grad")
+    params = {"x": _array(framework, [1.0, 2.0]), "y": _array(framework, [3.0, 4.0])}
+    grads = {"x": _array(framework, [1.0, 2.0]), "y": None if framework == "torch" else _array(framework, [0.0, 0.0])}
+    return m.sgd_step(params, grads, lr, wd)
+
+
+def _clip(framework: str, max_norm):
+    m = impl(framework, "grad_clipping")
+    if framework == "torch":
+        p = torch.nn.Parameter(torch.ones(3))
+        p.grad = torch.ones(3)
+        return m.clip_by_global_norm_torch([p], max_norm)
+    return m.clip_by_global_norm_torch(max_norm)
+
+
+# (call(framework), message): the same message from both frameworks
+ARGUMENTS = [
+    (lambda f: _tbptt_unroll(f, 0), r"unroll: k expected an integer in [1, T = 24], got 0"),
+    (lambda f: _tbptt_unroll(f, -5), r"unroll: k expected an integer in [1, T = 24], got -5"),
+    (lambda f: _tbptt_unroll(f, 2.5), r"unroll: k expected an integer in [1, T = 24], got 2.5"),
+    (lambda f: _tbptt_unroll(f, True), r"unroll: k expected an integer in [1, T = 24], got True"),
+    (lambda f: _tbptt_unroll(f, 25), r"unroll: k expected an integer in [1, T = 24], got 25"),
+    (lambda f: _maml_adapt(f, 0), r"adapt: steps expected an integer in [1, 10], got 0"),
+    (lambda f: _maml_adapt(f, 100), r"adapt: steps expected an integer in [1, 10], got 100"),
+    (lambda f: _maml_adapt(f, 2.0), r"adapt: steps expected an integer in [1, 10], got 2.0"),
+    (lambda f: _dqn_targets(f, gamma=-0.5), r"td_targets: gamma expected a number in [0, 1], got -0.5"),
+    (lambda f: _dqn_targets(f, gamma=1.5), r"td_targets: gamma expected a number in [0, 1], got 1.5"),
+    (lambda f: _dqn_targets(f, dones=_dones(6, 0.5)), r"td_targets: dones expected values in {0, 1}, got 0.5 at index (1,)"),
+    (lambda f: _dqn_targets(f, rewards=np.zeros((6, 1), np.float32)),
+     r"td_targets: rewards expected rank 1 [B], got shape (6, 1)"),
+    (lambda f: _soft_update(f, "dqn_target", 1.5), r"soft_update: tau expected a number in [0, 1], got 1.5"),
+    (lambda f: _soft_update(f, "p17_soft_update_order", -0.1), r"soft_update: tau expected a number in [0, 1], got -0.1"),
+    (lambda f: impl(f, "p17_soft_update_order").build_layer(fixtures.make("p17_soft_update_order", "float32"), "onlin"),
+     r"build_layer: net expected one of ['online', 'target'], got 'onlin'"),
+    (lambda f: _p11_step(f, 0.0, 0.1), r"sgd_step: lr expected a number in (0, inf], got 0.0"),
+    (lambda f: _p11_step(f, 0.1, -0.1), r"sgd_step: wd expected a number in [0, inf], got -0.1"),
+    (lambda f: _clip(f, -1.0), r"clip_by_global_norm_torch: max_norm expected a number in (0, inf], got -1.0"),
+    (lambda f: _ce(f, "frozen_backbone", 4), r"cross_entropy: labels expected values in [0, 4), got 4 at index (1,)"),
+    (lambda f: _ce(f, "no_grad_inference", -1), r"cross_entropy: labels expected values in [0, 4), got -1 at index (1,)"),
+    (lambda f: _ce(f, "multitask", 7), r"task_losses: labels expected values in [0, 4), got 7 at index (1,)"),
+    (lambda f: impl(f, "actor_critic").select_actions(*_tensors(f, (2, 3)), _array(f, [[0.5, 0.0, 0.5], [0.5] * 3])),
+     r"select_actions: noise expected values in (0, 1), got 0.0 at index (0, 1)"),
+    (lambda f: impl(f, "gan").bce_with_logits(*_tensors(f, (2, 1)), _array(f, [[1.0], [2.0]])),
+     r"bce_with_logits: labels expected values in [0, 1], got 2.0 at index (1, 0)"),
+    (lambda f: impl(f, "grad_clipping").masked_loss(*_tensors(f, (2, 1, 1), (2, 1, 1)), _array(f, [[1.0], [0.5]]), 1.0),
+     r"masked_loss: mask expected values in {0, 1}, got 0.5 at index (1, 0)"),
+    (lambda f: impl(f, "linear_regression").predict(*_tensors(f, (2, 1), (), (3, 2)), "full"),
+     r"predict: w expected rank 1 [D], got shape (2, 1)"),
+    (lambda f: impl(f, "linear_regression").predict(*_tensors(f, (3,), (), (3, 2)), "full"),
+     r"predict: x_features has shape (2,) but w has shape (3,)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize(("call", "msg"), ARGUMENTS, ids=[re.sub(r"\W+", "_", m)[:60] for _, m in ARGUMENTS])
+def test_public_helper_checks_its_arguments(call, msg: str, framework: str) -> None:
+    """k = 0 ran as k = 1 in JAX and raised ZeroDivisionError in torch; k = −5, 2.5, True ran as 5, 5, 1;
+    γ < 0, dones = 0.5 and [B, 1] rewards gave a [B, B] target; 100 inner steps compiled for minutes."""
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        call(framework)
+
+
+def test_mixed_precision_optimizer_checks_its_hyper_parameters() -> None:
+    fx = fixtures.make("mixed_precision", "float32")
+    jm, tm = impl("jax", "mixed_precision"), impl("torch", "mixed_precision")
+    hp = {k: jnp.asarray(fx[k]) for k in ("lr", "b1", "b2", "eps")}
+    msg = "make_optimizer: b2 expected a number in [0, 1), got 1.0"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        jm.make_optimizer({**hp, "b2": jnp.asarray(1.0)}, True)
+    arrays = {k: np.array(v) for k, v in fx.items()}
+    with pytest.raises(ValueError, match="field 'b2'"):  # torch's twin takes the fixture: refused there
+        fixtures.from_arrays("mixed_precision", {**arrays, "b2": np.array(1.0, np.float32)})
+    tm.make_optimizer(tm.build_model(fx), fx, "dynamic")  # the valid fixture passes
+
+
+def test_tbptt_gru_gate_columns_must_be_3h() -> None:
+    """G ≠ 3H was accepted and failed later in jnp.split with an error naming no field."""
+    arrays = _arrays("tbptt")
+    for key in [k for k in arrays if k.startswith("params/gru/")]:
+        shape = fixtures.make("tbptt", "float64").spec.schema[key].shape
+        if "G" in shape:
+            axis = shape.index("G")
+            arrays[key] = np.take(arrays[key], range(arrays[key].shape[axis] - 1), axis=axis)
+    msg = "field 'params/gru/cell/hh/kernel': expected G = 3H = 9 gate columns (r|z|n), got G = 8"
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        fixtures.from_arrays("tbptt", arrays)
+
+
+# every JAX builder that takes a fixture: (scenario, call(module, fx))
+JAX_BUILDERS = [
+    ("frozen_backbone", lambda m, fx: m.build_model(fx)),
+    ("frozen_backbone", lambda m, fx: m.make_optimizer(m.build_model(fx), fx, "freeze_params")),
+    ("multitask", lambda m, fx: m.build_model(fx)),
+    ("dqn_target", lambda m, fx: m.build_networks(fx)),
+    ("actor_critic", lambda m, fx: m.build_model(fx)),
+    ("maml", lambda m, fx: m.build_model(fx)),
+    ("attention_detach", lambda m, fx: m.build_model(fx)),
+    ("gan", lambda m, fx: m.build_model(fx)),
+    ("gan", lambda m, fx: m.make_optimizers(m.build_model(fx), fx)),
+    ("tbptt", lambda m, fx: m.build_model(fx, "gru")),
+    ("grad_clipping", lambda m, fx: m.build_model(fx)),
+    ("no_grad_inference", lambda m, fx: m.build_model(fx)),
+    ("feature_stats", lambda m, fx: m.build_model(fx)),
+    ("mixed_precision", lambda m, fx: m.build_model(fx)),
+    ("p05_layernorm_eps", lambda m, fx: m.make_layer_norm(fx, "ported")),
+    ("p06_batchnorm_stats", lambda m, fx: m.make_batch_norm(fx, "ported")),
+    ("p07_linear_layout", lambda m, fx: m.load_linear(fx, "ported")),
+    ("p08_gru_bias", lambda m, fx: m.make_cell(fx, "ported")),
+    ("p09_lstm_layout", lambda m, fx: m.build_model(fx, "ported")),
+    ("p17_soft_update_order", lambda m, fx: m.build_layer(fx, "online")),
+]
+
+
+def _float_leaves(built) -> set:
+    import jax
+    from flax import nnx
+
+    leaves = []
+    for item in built if isinstance(built, tuple) else (built,):
+        if isinstance(item, nnx.Module | nnx.Optimizer):
+            item = nnx.state(item)
+        leaves += [leaf for leaf in jax.tree.leaves(item) if hasattr(leaf, "dtype")]
+    return {str(leaf.dtype) for leaf in leaves if jnp.issubdtype(leaf.dtype, jnp.floating)}
+
+
+@pytest.mark.parametrize(("scenario", "call"), JAX_BUILDERS, ids=[f"{s}-{i}" for i, (s, _) in enumerate(JAX_BUILDERS)])
+def test_jax_builder_refuses_float64_outside_x64(scenario: str, call) -> None:
+    """A builder called outside run() on a float64 fixture returned float32 parameters: now it refuses,
+    and inside jax.enable_x64 it builds float64; a float32 fixture builds float32 either way."""
+    import jax
+
+    m = impl("jax", scenario)
+    case = "n1" if scenario == "maml" else None
+    fx64, fx32 = (fixtures.make(scenario, dt, case=case) for dt in ("float64", "float32"))
+    with jax.enable_x64(False):
+        with pytest.raises(ValueError, match=re.escape("a float64 fixture needs jax_enable_x64")):
+            call(m, fx64)
+        assert _float_leaves(call(m, fx32)) == {"float32"}
+    with jax.enable_x64(True):
+        assert _float_leaves(call(m, fx64)) == {"float64"}

@@ -143,6 +143,8 @@ def test_residual_minus_semi_gradient_is_the_bootstrap_term(dtype: str) -> None:
             diff = resid[fw][f"grads/online/{k}"].astype(np.float64) - semi[fw][f"grads/online/{k}"]
             np.testing.assert_allclose(diff, extra[f"online/{k}"], rtol=rtol, atol=atol)
         assert np.max(np.abs(extra["online/l2/kernel"])) > 1e-2
+    # the lesson states this sign for ∇L (it once gave the update direction's −γ(1 − done)·δ·∇Q as "the gradient")
+    assert "∇L gains +(γ/B)·Σ (1 − done)·δ·∇Q(s′, a*)" in fixtures.make("dqn_target", dtype).spec.lesson
 
 
 @pytest.mark.parametrize("variant", ["target_network", "online_semi_gradient", "double_dqn", "residual_gradient"])

@@ -169,3 +169,66 @@ def test_cross_field_checks_run_on_construction() -> None:
     arrays = {"x": np.zeros((3, 2)), "y": np.zeros(3), "k": np.array(1)}
     with pytest.raises(ValueError, match=r"fixture 'demo': field 'x': B=3 expected even"):
         Fixture(spec, "float64", arrays, seed=None, case="user")
+
+
+# A validated fixture cannot be changed afterwards (issue 15 item 6) -------------------------------
+
+
+def test_no_array_of_a_fixture_can_be_made_writeable_again() -> None:
+    """`fx[k].flags.writeable = True` then a write once put NaN into a validated fixture; the base of the
+    view (the fixture's own array) could be flipped the same way."""
+    fx = fixtures.make("basics", "float64")
+    before = fx["x"].copy()
+    for arr in (fx["x"], fx["x"].base, fx._arrays["x"]):
+        with pytest.raises(ValueError, match="cannot set WRITEABLE flag"):
+            arr.flags.writeable = True
+        with pytest.raises(ValueError, match="read-only"):
+            arr[0] = np.nan
+    np.testing.assert_array_equal(fx["x"], before)
+    copies = fx.float64()  # the oracle's copies are writable, and private
+    copies["x"][0] = np.nan
+    np.testing.assert_array_equal(fx["x"], before)
+
+
+def test_provenance_attributes_cannot_be_reassigned() -> None:
+    fx = fixtures.make("basics", "float64")
+    for attr, value in (("dtype", "float32"), ("seed", 1), ("case", "article"), ("spec", None), ("_arrays", {})):
+        with pytest.raises(AttributeError, match="Fixture is immutable"):
+            setattr(fx, attr, value)
+    with pytest.raises(AttributeError, match="Fixture is immutable"):
+        del fx.dtype
+    with pytest.raises(TypeError):
+        fx.dims["N"] = 1  # type: ignore[index]
+    assert fx.dtype == "float64" and fx.seed == 0 and fx.case == "random"
+
+
+def test_the_record_a_fixture_carries_cannot_be_rewritten() -> None:
+    """fx.spec is the registry's record: rewriting its lesson, divergences or tolerances would change every run."""
+    spec = fixtures.make("p04_gelu", "float64").spec
+    with pytest.raises(TypeError):
+        spec.pattern["ported"] = ()  # type: ignore[index]
+    with pytest.raises(TypeError):
+        spec.diverges["naive"] = ("nothing",)  # type: ignore[index]
+    with pytest.raises(TypeError):
+        spec.tolerances["float32"]["oracle"] = None  # type: ignore[index]
+    with pytest.raises(TypeError):
+        spec.schema["x"] = None  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (np.broadcast_to(0.0, (10**6, 10**6)), r"field 'x': expected shape \[N\] \(rank 1\), got \(1000000, 1000000\)"),
+        (  # from_arrays reads the dtype from the float fields, Fixture checks it per field
+            np.broadcast_to(np.float32(0.0), (10**12,)),
+            r"field 'x': expected dtype float64, got float32|float fields expected one dtype .*'x': 'float32'",
+        ),
+    ],
+)
+def test_structure_is_checked_before_anything_is_copied(value: np.ndarray, message: str) -> None:
+    """A huge broadcast view of the wrong shape (or dtype) is a shape error, not a MemoryError."""
+    arrays = {k: np.array(v) for k, v in fixtures.make("basics", "float64").items()}
+    with pytest.raises(ValueError, match=message):
+        fixtures.from_arrays("basics", {**arrays, "x": value})
+    with pytest.raises(ValueError, match=message):
+        fixtures.Fixture(SCENARIOS["basics"], "float64", {**arrays, "x": value}, seed=None, case="user")

@@ -141,3 +141,24 @@ def test_canonical_named_matches_the_module_layout_and_refuses_bad_dicts() -> No
         params_of(model, {**named, "l1.weight": named["l1.weight"].T})
     with pytest.raises(ValueError, match=r"tensors \['extra'\] match no parameter of MLP"):
         params_of(model, {**named, "extra": torch.zeros(1)})
+
+
+def test_random_case_follows_the_seed_and_named_cases_ignore_it() -> None:
+    """--seed once changed nothing here: n1 and n3 are fixed tasks. `random` draws tasks, θ and n from the seed."""
+    one, two = (fixtures.make("maml", "float64", seed=s, case="random") for s in (1, 2))
+    assert not np.array_equal(one["support_x"], two["support_x"])
+    assert not np.array_equal(one["params/l1/kernel"], two["params/l1/kernel"])
+    steps = {int(fixtures.make("maml", "float64", seed=s, case="random")["inner_steps"]) for s in range(30)}
+    assert steps == {1, 2, 3}
+    for case in CASES:
+        a, b = (fixtures.make("maml", "float64", seed=s, case=case) for s in (1, 2))
+        np.testing.assert_array_equal(a["support_x"], b["support_x"])
+
+
+def test_inner_steps_has_an_upper_bound() -> None:
+    """100 inner steps took 190 s to compile: the fixture refuses n > 10 (Finn et al. evaluate up to 10)."""
+    fx = fixtures.make("maml", "float64", case="n1")
+    arrays = {k: np.array(v) for k, v in fx.items()}
+    arrays["inner_steps"] = np.array(11)
+    with pytest.raises(ValueError, match=r"field 'inner_steps': expected values in \[1, 10\], got 11"):
+        fixtures.from_arrays("maml", arrays)

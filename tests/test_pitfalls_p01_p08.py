@@ -78,6 +78,28 @@ def test_p01_single_element_std() -> None:
     assert math.isnan(float(jnp.std(jnp.array([5.0]), ddof=1)))  # the port keeps torch's NaN
 
 
+def test_p01_ported_std_gradient_is_torchs_zero_on_a_constant_row() -> None:
+    """Issue 14 item 7: jnp.std's gradient is 0 / 0 = NaN on a constant row, torch's is 0.
+
+    The fixture refuses constant rows (the oracle divides by std); a user calling row_std does not.
+    """
+    from jax_impl import p01_std_convention as j01
+    from torch_impl import p01_std_convention as t01
+
+    x = np.array([[2.0, 2.0, 2.0], [3.4, 5.6, 7.8]])
+    xt = torch.tensor(x, requires_grad=True)
+    t01.row_std(xt, "ported").sum().backward()
+    with jax.enable_x64(True):
+        xj = jnp.asarray(x)
+        std = j01.row_std(xj, "ported")
+        grad = jax.grad(lambda v: j01.row_std(v, "ported").sum())(xj)
+        naive = jax.grad(lambda v: j01.row_std(v, "naive").sum())(xj)
+        np.testing.assert_array_equal(np.asarray(std), np.asarray(jnp.std(xj, axis=-1, ddof=1)))  # same values
+    np.testing.assert_array_equal(np.asarray(grad)[0], [0.0, 0.0, 0.0])
+    np.testing.assert_allclose(np.asarray(grad), xt.grad.numpy(), rtol=1e-12, atol=1e-15)
+    assert np.all(np.isnan(np.asarray(naive)[0]))  # the naive port, as documented
+
+
 # P02 gradient of a norm at the zero vector -----------------------------------------------------
 
 
@@ -171,6 +193,22 @@ def test_p05_outputs_01_gradients_23_percent(dtype: str) -> None:
     assert np.max(np.abs(t["y"] - j["y"])) == pytest.approx(0.116, abs=2e-3)
     rel = np.max(np.abs(t["grads/x"] - j["grads/x"])) / np.max(np.abs(t["grads/x"]))
     assert rel == pytest.approx(0.2248, abs=2e-3)
+
+
+def _constant(name: str, field: str) -> fixtures.Fixture:
+    arrays = {k: np.array(v) for k, v in fixtures.make(name, "float64", case="handed").items()}
+    arrays[field] = np.full_like(arrays[field], 0.25)
+    return fixtures.from_arrays(name, arrays)
+
+
+@pytest.mark.parametrize(("name", "field"), [("p05_layernorm_eps", "x"), ("p06_batchnorm_stats", "x")])
+def test_normalisation_of_a_constant_input_has_finite_gradients(name: str, field: str) -> None:
+    """Issue 14 item 7: every sqrt the ports differentiate, at zero variance: eps keeps it finite, as in torch."""
+    fx = _constant(name, field)
+    t, j = impl("torch", name).run(fx, "ported"), impl("jax", name).run(fx, "ported")
+    for key, value in t.items():
+        assert np.all(np.isfinite(j[key])), key
+        np.testing.assert_allclose(j[key], value, rtol=1e-10, atol=1e-12, err_msg=key)
 
 
 # P06 BatchNorm running statistics ------------------------------------------------------------

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_rank, check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_values, check_variant
 from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import grads_of, load_params
 
@@ -62,10 +62,12 @@ def select_actions(logits: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Ten
     Returns (int64 actions [B], their log-probabilities [B]), both constants: what a rollout stores.
 
     Raises:
-      ValueError: logits and noise differ in shape.
+      ValueError: logits and noise differ in shape, or a noise value is outside (0, 1) (log(−log u) is
+        not finite there).
     Reference: Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030.
     """
     check_same_shape("select_actions", logits=tuple(logits.shape), noise=tuple(noise.shape))
+    check_values("select_actions", "noise", noise, low=0.0, high=1.0, low_open=True, high_open=True)
     logits = logits.detach()  # GRAD-FLOW: acting needs no graph
     actions = torch.argmax(logits - torch.log(-torch.log(noise)), dim=-1)  # [B]
     return actions, F.log_softmax(logits, dim=-1).gather(1, actions[:, None]).squeeze(1)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_scalar, check_values, check_variant
 from torch_impl._common import numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import grads_of, load_params, params_of
 
@@ -71,8 +71,19 @@ def greedy(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def td_targets(online: QNetwork, target: QNetwork, batch: dict, gamma: torch.Tensor, variant: str) -> torch.Tensor:
-    """y [B] = r + γ·(1 − done)·v(s′) (v per variant, see the scenario); detached unless residual_gradient."""
+    """y [B] = r + γ·(1 − done)·v(s′) (v per variant, see the scenario); detached unless residual_gradient.
+
+    Args: batch with rewards [B], dones [B] in {0, 1}, next_obs [B, D]; gamma in [0, 1].
+    Raises:
+      ValueError: rewards not [B] (a [B, 1] reward broadcasts y to [B, B]), dones of another shape,
+        γ outside [0, 1], or a done outside {0, 1} (values are checked when concrete, not under jit).
+    """
     check_variant("dqn_target", variant)
+    rewards, dones = batch["rewards"], batch["dones"]
+    check_rank("td_targets", "rewards", rewards.shape, "B")  # [B, 1] would broadcast y to [B, B] (P14)
+    check_same_shape("td_targets", rewards=rewards.shape, dones=dones.shape)
+    check_scalar("td_targets", "gamma", gamma, 0.0, 1.0)
+    check_values("td_targets", "dones", dones, choices=(0.0, 1.0))
     next_obs = batch["next_obs"]
     if variant == "target_network":
         v, _ = greedy(target(next_obs))
@@ -81,7 +92,8 @@ def td_targets(online: QNetwork, target: QNetwork, batch: dict, gamma: torch.Ten
         v = target(next_obs).gather(1, a_star[:, None]).squeeze(1)
     else:
         v, _ = greedy(online(next_obs))
-    y = batch["rewards"] + gamma * (1.0 - batch["dones"]) * v  # [B]
+    check_same_shape("td_targets", rewards=rewards.shape, next_values=v.shape)
+    y = rewards + gamma * (1.0 - dones) * v  # [B]
     if variant != "residual_gradient":
         y = y.detach()  # GRAD-FLOW: TD target is a constant for the online net
     return y
@@ -114,7 +126,11 @@ def train_step(
 
 
 def soft_update(online: nn.Module, target: nn.Module, tau: float) -> nn.Module:
-    """target ← τ·online + (1 − τ)·target, in place; returns target. Reference: Lillicrap et al. 2016, arXiv:1509.02971."""
+    """target ← τ·online + (1 − τ)·target, in place; returns target. Reference: Lillicrap et al. 2016, arXiv:1509.02971.
+
+    Raises ValueError unless tau is a number in [0, 1].
+    """
+    check_scalar("soft_update", "tau", tau, 0.0, 1.0)
     # GRAD-FLOW: a target update is a parameter write, outside any graph
     with torch.no_grad():
         for t, o in zip(target.parameters(), online.parameters(), strict=True):

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_values, check_variant
 from torch_impl._common import numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import grads_of, load_params, params_of
 
@@ -76,8 +76,12 @@ def make_optimizers(model: GAN, fx) -> tuple[torch.optim.Adam, torch.optim.Adam]
 
 
 def bce_with_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean binary cross-entropy of logits [B, O] against labels [B, O] in {0, 1}. Raises ValueError on a shape mismatch."""
+    """Mean binary cross-entropy of logits [B, O] against labels [B, O] in [0, 1].
+
+    Raises ValueError on a shape mismatch or a label outside [0, 1].
+    """
     check_same_shape("bce_with_logits", logits=tuple(logits.shape), labels=tuple(labels.shape))
+    check_values("bce_with_logits", "labels", labels, low=0.0, high=1.0)
     return F.binary_cross_entropy_with_logits(logits, labels)
 
 

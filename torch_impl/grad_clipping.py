@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape
+from shared.core.checks import check_same_shape, check_scalar, check_values
 from torch_impl._common import numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import load_params, params_of
 
@@ -53,10 +53,11 @@ def build_model(fx) -> Recurrent:
 def masked_loss(y: torch.Tensor, target: torch.Tensor, mask: torch.Tensor, weight: float) -> torch.Tensor:
     """weight * 0.5 * mean(mask * (y - target)^2) over y, target [K, B, O], mask [K, B] (0 = padding).
 
-    Raises ValueError if y and target shapes differ, or mask is not [K, B].
+    Raises ValueError if y and target shapes differ, or mask is not [K, B] with values in {0, 1}.
     """
     check_same_shape("masked_loss", y=tuple(y.shape), target=tuple(target.shape))
     check_same_shape("masked_loss", y_steps=tuple(y.shape[:-1]), mask=tuple(mask.shape))
+    check_values("masked_loss", "mask", mask, choices=(0.0, 1.0))
     return weight * 0.5 * torch.mean((mask[..., None] * (y - target)) ** 2)
 
 
@@ -64,8 +65,9 @@ def clip_by_global_norm_torch(parameters, max_norm: float) -> torch.Tensor:
     """torch.nn.utils.clip_grad_norm_: every .grad *= min(max_norm / (‖g‖ + 1e-6), 1), in place.
 
     Returns the global L2 norm ‖g‖ before clipping (0-d tensor). All-zero gradients stay zero
-    (coefficient clamped to 1): no NaN.
+    (coefficient clamped to 1): no NaN. Raises ValueError unless max_norm > 0 (a negative one flips g).
     """
+    check_scalar("clip_by_global_norm_torch", "max_norm", max_norm, 0.0, low_open=True)
     return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
 
 

@@ -14,15 +14,22 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_variant
 from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
 
 __all__ = ["predict", "mse_loss", "make_step", "run"]
 
 
 def predict(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, variant: str) -> torch.Tensor:
-    """y_hat [B] = x [B, D] @ w [D] + b []; x stopped in variant "x_stopped"."""
+    """y_hat [B] = x [B, D] @ w [D] + b []; x stopped in variant "x_stopped".
+
+    Raises ValueError unless x is [B, D], w [D] and b a scalar.
+    """
     check_variant("linear_regression", variant)
+    check_rank("predict", "x", tuple(x.shape), "BD")  # a [D, 1] w or a [B] x would broadcast silently
+    check_rank("predict", "w", tuple(w.shape), "D")
+    check_rank("predict", "b", tuple(b.shape), "")
+    check_same_shape("predict", x_features=tuple(x.shape[1:]), w=tuple(w.shape))
     if variant == "x_stopped":
         x = x.detach()  # GRAD-FLOW: the input is data, not something to learn
     return x @ w + b

@@ -21,7 +21,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core import registry
+from shared.core.checks import check_int, check_same_shape, check_scalar, check_variant
 from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import load_params, params_of
 
@@ -67,8 +68,14 @@ def adapt(
     steps: int,
     variant: str,
 ) -> dict[str, torch.Tensor]:
-    """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a function of θ for autograd."""
+    """`steps` SGD steps θ ← θ - α ∇L(θ; x [S, D], y [S, O]); returns θ'_t, a function of θ for autograd.
+
+    Raises ValueError unless steps is an int in [1, 10] (the loop is unrolled: 100 steps once took
+    190 s to compile) and α is a number > 0.
+    """
     check_variant("maml", variant)
+    check_int("adapt", "steps", steps, 1, registry.get("maml").constants["max_inner_steps"])
+    check_scalar("adapt", "alpha", alpha, 0.0, low_open=True)
     for _ in range(steps):
         loss = task_loss(model, params, x, y)
         grads = torch.autograd.grad(

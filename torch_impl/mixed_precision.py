@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 from torch_impl._common import numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import grads_of, load_params, params_of
 
@@ -111,8 +111,15 @@ def make_scaler(fx, variant: str) -> torch.amp.GradScaler | LossScale:
 
 
 def make_optimizer(model: Regressor, fx, variant: str) -> torch.optim.Adam:
-    """torch.optim.Adam over the master weights (every variant: GradScaler.step does the skipping)."""
+    """torch.optim.Adam over the master weights (every variant: GradScaler.step does the skipping).
+
+    Raises ValueError unless lr > 0, b1, b2 in [0, 1) and eps > 0.
+    """
     check_variant("mixed_precision", variant)
+    check_scalar("make_optimizer", "lr", fx.scalar("lr"), 0.0, low_open=True)
+    for name in ("b1", "b2"):
+        check_scalar("make_optimizer", name, fx.scalar(name), 0.0, 1.0, high_open=True)
+    check_scalar("make_optimizer", "eps", fx.scalar("eps"), 0.0, low_open=True)
     betas = (fx.scalar("b1"), fx.scalar("b2"))
     return torch.optim.Adam(model.parameters(), lr=fx.scalar("lr"), betas=betas, eps=fx.scalar("eps"))
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_rank, check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_values, check_variant
 from torch_impl._common import numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import grads_of, load_params
 
@@ -59,12 +59,14 @@ def task_losses(
     """(loss1, loss2): mean squared error of pred1 [B] vs y1 [B]; cross-entropy of logits2 [B, C] vs labels [B] int.
 
     Raises:
-      ValueError: pred1 and y1 differ in shape (e.g. [B, 1] vs [B]), or a batch size mismatch.
+      ValueError: pred1 and y1 differ in shape (e.g. [B, 1] vs [B]), a batch size mismatch, or a label
+        outside [0, C) (torch raises IndexError, optax silently gives a wrong loss).
     Reference: Caruana 1997.
     """
     check_same_shape("task_losses", pred1=tuple(pred1.shape), y1=tuple(y1.shape))
     check_rank("task_losses", "logits2", tuple(logits2.shape), "BC")
     check_same_shape("task_losses", logits2_batch=tuple(logits2.shape[:1]), labels=tuple(labels.shape))
+    check_values("task_losses", "labels", labels, low=0, high=logits2.shape[-1], high_open=True)
     return F.mse_loss(pred1, y1), F.cross_entropy(logits2, labels)
 
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_rank, check_same_shape, check_variant
+from shared.core.checks import check_rank, check_same_shape, check_values, check_variant
 from torch_impl._common import numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import load_params
 
@@ -51,10 +51,12 @@ def build_model(fx) -> Classifier:
 def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """Mean softmax cross-entropy of logits [B, C] against int labels [B].
 
-    Raises ValueError unless logits is 2-D with the labels' batch size B.
+    Raises ValueError unless logits is 2-D with the labels' batch size B and every label is in [0, C)
+    (out of range, torch raises IndexError and optax silently gives a wrong loss).
     """
     check_rank("cross_entropy", "logits", tuple(logits.shape), "BC")
     check_same_shape("cross_entropy", logits_batch=tuple(logits.shape[:1]), labels=tuple(labels.shape))
+    check_values("cross_entropy", "labels", labels, low=0, high=logits.shape[-1], high_open=True)
     return F.cross_entropy(logits, labels)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from shared.core.checks import check_scalar
 from torch_impl._common import numpy, scenario_run, tensor
 
 __all__ = ["loss_fn", "gradients", "sgd_step", "run"]
@@ -39,7 +40,12 @@ def gradients(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]
 
 
 def sgd_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor | None], lr: float, wd: float) -> None:
-    """In place: torch.optim.SGD(lr, weight_decay=wd) step; a None gradient skips its parameter."""
+    """In place: torch.optim.SGD(lr, weight_decay=wd) step; a None gradient skips its parameter.
+
+    Raises ValueError unless lr > 0 and wd >= 0 (numbers).
+    """
+    check_scalar("sgd_step", "lr", lr, 0.0, low_open=True)
+    check_scalar("sgd_step", "wd", wd, 0.0)
     optimizer = torch.optim.SGD(list(params.values()), lr=lr, weight_decay=wd)
     for name, p in params.items():
         p.grad = grads[name]

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from shared.core.checks import check_scalar
 from torch_impl._common import scenario_run
 from torch_impl._layout import load_params, params_of
 
@@ -23,14 +24,23 @@ __all__ = ["build_layer", "soft_update", "run"]
 
 
 def build_layer(fx, net: str) -> nn.Linear:
-    """nn.Linear(I, O) loaded with the fixture's `<net>/kernel` [I, O] and `<net>/bias` [O]."""
+    """nn.Linear(I, O) loaded with the fixture's `<net>/kernel` [I, O] and `<net>/bias` [O].
+
+    Raises ValueError unless net is "online" or "target".
+    """
+    if net not in ("online", "target"):
+        raise ValueError(f"build_layer: net expected one of ['online', 'target'], got {net!r}")
     params = {k.removeprefix(f"{net}/"): v for k, v in fx.items() if k.startswith(f"{net}/")}
     i, o = fx.dims["I"], fx.dims["O"]
     return load_params(nn.Linear(i, o, dtype=getattr(torch, fx.dtype)), params)
 
 
 def soft_update(online: nn.Module, target: nn.Module, tau: float) -> None:
-    """In place: target <- tau * online + (1 - tau) * target, leaf by leaf. Source: PITFALLS P17."""
+    """In place: target <- tau * online + (1 - tau) * target, leaf by leaf. Source: PITFALLS P17.
+
+    Raises ValueError unless tau is a number in [0, 1].
+    """
+    check_scalar("soft_update", "tau", tau, 0.0, 1.0)
     with torch.no_grad():  # GRAD-FLOW: a Polyak update is a write, not a gradient step
         for t, o in zip(target.parameters(), online.parameters(), strict=True):
             t.lerp_(o, tau)

@@ -60,7 +60,11 @@ def step_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def unroll(model: Recurrent, x: torch.Tensor, h: torch.Tensor, k: int) -> list[torch.Tensor]:
-    """Outputs y_t [B, O] for t < T over x [T, B, I] from h [B, H], the carry detached every k steps."""
+    """Outputs y_t [B, O] for t < T over x [T, B, I] from h [B, H], the carry detached every k steps.
+
+    Raises ValueError unless k is an int in [1, T] (k = 0 once raised ZeroDivisionError).
+    """
+    check_truncation("unroll", k, x.shape[0], divides=False)
     ys = []
     for t in range(x.shape[0]):
         if t % k == 0:

@@ -7,9 +7,11 @@ immutable `Fixture`. The same object is handed to `torch_impl.<scenario>.run`,
 `jax_impl.<scenario>.run` and the oracle; it carries its record (`fx.spec`), so nothing
 downstream looks the scenario up again.
 
-A fixture owns private, read-only copies of its arrays and hands out read-only views:
-neither a write through an array nor a flag flipped back to writeable can change a
-validated fixture, and its provenance attributes cannot be reassigned.
+A fixture owns private copies of its arrays over immutable bytes buffers and hands out
+read-only views: neither a write through an array nor a flag flipped back to writeable
+(on the view or on its base) can change a validated fixture, and its provenance
+attributes cannot be reassigned. The structure (fields, shapes, dtypes) is validated
+before anything is copied, so a huge array of the wrong shape is a shape error.
 """
 
 from __future__ import annotations
@@ -48,11 +50,7 @@ class Fixture(Mapping[str, np.ndarray]):
             if not isinstance(arr, np.ndarray):
                 raise ValueError(f"fixture {name!r} field {key!r}: expected a numpy array, got {type(arr).__name__}")
         validate_structure(name, dtype, arrays, spec.schema)  # before any copy: shapes and dtypes only
-        frozen = {}
-        for key, arr in arrays.items():
-            own = np.array(arr, copy=True)  # private memory: the caller cannot write through
-            own.flags.writeable = False
-            frozen[key] = own
+        frozen = {key: _read_only_copy(arr) for key, arr in arrays.items()}  # the caller cannot write through
         dims = validate_structure(name, dtype, frozen, spec.schema)
         validate_values(name, frozen, spec.schema, dims)  # on the private copy
         for check in spec.checks:  # cross-field constraints the schema cannot state
@@ -110,6 +108,14 @@ class Fixture(Mapping[str, np.ndarray]):
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}{list(v.shape)}" for k, v in self._arrays.items())
         return f"Fixture({self.scenario!r}, {self.dtype}, seed={self.seed}, case={self.case!r}: {fields})"
+
+
+def _read_only_copy(arr: np.ndarray) -> np.ndarray:
+    """A copy of arr over an immutable bytes buffer: no view of it, nor its base, can be made writeable again.
+
+    (An array that owns its memory can always be flipped back to writeable; one over bytes cannot.)
+    """
+    return np.frombuffer(arr.tobytes(order="C"), dtype=arr.dtype).reshape(arr.shape)
 
 
 def _rebuild(scenario: str, dtype: str, arrays: dict, seed: int | None, case: str) -> Fixture:

@@ -121,8 +121,13 @@ class Scenario:
                 raise ValueError(
                     f"scenario {self.name!r}: diverges[{variant!r}] expected a non-empty tuple of key globs, got {globs!r}"
                 )
-        object.__setattr__(self, "schema", MappingProxyType(dict(self.schema)))
-        object.__setattr__(self, "constants", MappingProxyType(dict(self.constants)))
+        # read-only mappings: a fixture carries its record (fx.spec), and no caller can rewrite the lesson
+        freeze = lambda mapping: MappingProxyType(dict(mapping))  # noqa: E731
+        object.__setattr__(self, "schema", freeze(self.schema))
+        object.__setattr__(self, "constants", freeze(self.constants))
+        object.__setattr__(self, "pattern", freeze({v: tuple(map(tuple, r)) for v, r in self.pattern.items()}))
+        object.__setattr__(self, "diverges", freeze({v: tuple(g) for v, g in self.diverges.items()}))
+        object.__setattr__(self, "tolerances", freeze({dt: freeze(t) for dt, t in self.tolerances.items()}))
 
     @property
     def has_step(self) -> bool:

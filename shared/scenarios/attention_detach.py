@@ -10,7 +10,8 @@ loss = mean((context - target)²).
                    unchanged: A1 §7.1's "prunes unnecessary gradients" removes the only
                    gradient path to Q and K.
 Cases (fixed inputs, one mask each): `unmasked`; `causal` (−inf above the diagonal);
-`empty_row` (causal, and row 1 fully masked). An empty row is defined the same way
+`empty_row` (causal, and row 1 fully masked); `random` (inputs and mask drawn from the
+seed, one row seeing two keys or more so that Q and K have a gradient to lose). An empty row is defined the same way
 in both ports (pitfall P12): it attends to nothing, its weights are zeros. Scores of
 an empty row are replaced by 0 before the softmax (double where, P13), so neither
 the value nor the gradient is NaN.
@@ -39,11 +40,18 @@ SEED = 1706  # the named cases are fixed: same x, target and kernels, only the m
 
 
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
-    rng = np.random.Generator(np.random.PCG64(SEED))
+    """The named cases share fixed inputs (the seed is ignored); `random` draws inputs and mask from the seed."""
+    if case != "random":
+        rng = np.random.Generator(np.random.PCG64(SEED))
     n, e, k = 4, 3, 2
     out = {"x": rng.normal(size=(n, e)), "target": rng.normal(size=(n, k))}
     out.update({f"params/{key}": rng.normal(size=(e, k)) for key in PARAMS})
-    mask = np.ones((n, n), dtype=bool) if case == "unmasked" else np.tril(np.ones((n, n), dtype=bool))
+    if case == "random":  # any mask, empty rows included, with one row that sees two keys or more:
+        mask = rng.random((n, n)) < 0.5  # a row with one key has constant weights, Q and K would get no gradient
+        row, cols = rng.integers(n), rng.choice(n, size=2, replace=False)
+        mask[row, cols] = True
+    else:
+        mask = np.ones((n, n), dtype=bool) if case == "unmasked" else np.tril(np.ones((n, n), dtype=bool))
     if case == "empty_row":
         mask[EMPTY_ROW] = False
     out["mask"] = mask
@@ -96,7 +104,7 @@ SPEC = Scenario(
         "definition (here: zero weights) written the same way in both ports."
     ),
     variants=("none", "weights_stopped"),
-    cases=CASES,
+    cases=(*CASES, "random"),
     schema=SCHEMA,
     build=build,
     oracle=oracle,

@@ -157,7 +157,8 @@ SPEC = Scenario(
     lesson=(
         "The TD target y = r + γ(1 − done)·max_a Q_target(s′, a) is a constant, computed at training "
         "time: only Q(s, a) of the online network is differentiated and the target network never gets a "
-        "gradient. Without the stop (residual gradient) the gradient gains −γ(1 − done)·δ·∇Q(s′, a*)."
+        "gradient. Without the stop (residual gradient) the loss gradient ∇L gains +(γ/B)·Σ (1 − done)·δ·"
+        "∇Q(s′, a*), δ = y − Q(s, a): the update direction −∇L gains its negative."
     ),
     variants=("target_network", "online_semi_gradient", "double_dqn", "residual_gradient"),
     schema=SCHEMA,

@@ -40,6 +40,8 @@ def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
     mask = rng.random((t, s)) < 0.6
     mask[:, 0] = True  # every real query sees at least one key
     mask[-1] = False  # the padded query sees none
+    if not (mask[:-1].sum(axis=1) >= 2).any():  # one key per real query: constant weights, zero q, k gradients
+        mask[rng.integers(t - 1), rng.integers(1, s)] = True  # give one real query a second key (seed 21)
     return {
         "q": rng.normal(size=(t, 2)),
         "k": rng.normal(size=(s, 2)),

@@ -8,8 +8,8 @@ exact, so the accelerator default cannot be observed here: the "naive" JAX
 variant EMULATES it, rounding every matmul operand (forward and backward) to
 bfloat16 and accumulating in the fixture dtype. That emulation diverges from
 torch by about 1e-2 relative; the "ported" variant relies on the package's one
-pin, jax.config.update("jax_default_matmul_precision", "highest") in
-jax_impl/__init__.py, and agrees with torch.
+pin, jax.default_matmul_precision("highest") entered for every scenario call
+(jax_impl._common.numerics: nothing global), and agrees with torch.
 """
 
 from __future__ import annotations

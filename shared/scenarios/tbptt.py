@@ -143,6 +143,16 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     return out
 
 
+def _check_gates(arrays, dims) -> str | None:
+    """A GRU stacks three gates (r, z, n): G = 3H columns."""
+    g, h = dims["G"], dims["H"]
+    return (
+        None
+        if g == 3 * h
+        else f"field 'params/gru/cell/hh/kernel': expected G = 3H = {3 * h} gate columns (r|z|n), got G = {g}"
+    )
+
+
 def _pattern(zero_steps: tuple[str, ...], window_steps: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     rules = [("*/grads/cell/*", "nonzero"), ("*/grads/readout/*", "nonzero"), ("*/grads/x", "nonzero")]
     rules += [(f"*/grads_last/x/{g}", "zero") for g in zero_steps]
@@ -164,6 +174,7 @@ SPEC = Scenario(
     ),
     variants=("k=1", "k=10", "k=T"),
     schema=SCHEMA,
+    checks=(_check_gates,),
     build=build,
     oracle=oracle,
     pattern={
