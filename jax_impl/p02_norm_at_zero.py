@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from jax_impl._common import array, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
 
@@ -41,9 +41,13 @@ def sq_norm(x: jax.Array, variant: str) -> jax.Array:
 
 
 def penalized(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> jax.Array:
-    """0.5·‖x − t‖² + λ‖x‖: a data term plus a norm penalty (group-lasso style), x, t [N] -> []."""
+    """0.5·‖x − t‖² + λ‖x‖: a data term plus a norm penalty (group-lasso style), x, t [N] -> [].
+
+    Raises ValueError on a shape mismatch, a λ < 0 or an unknown variant.
+    """
     check_variant("p02_norm_at_zero", variant)
     check_same_shape("penalized", x=x.shape, t=t.shape)
+    check_scalar("penalized", "lam", lam, 0.0)  # a negative λ rewards a large norm
     return 0.5 * jnp.sum((x - t) ** 2) + lam * norm(x, variant)
 
 

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_impl._common import array, scenario_run
-from shared.core.checks import check_variant
+from shared.core.checks import check_scalar, check_variant, is_traced
 
 __all__ = ["l1", "clamp", "run"]
 
@@ -45,8 +45,13 @@ def l1(x: jax.Array, variant: str) -> jax.Array:
 
 
 def clamp(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) -> jax.Array:
-    """x [N] clamped to [lo, hi]; gradient 1 for lo <= x <= hi ("naive": jnp.clip, 0.5 on a bound)."""
+    """x [N] clamped to [lo, hi]; gradient 1 for lo <= x <= hi ("naive": jnp.clip, 0.5 on a bound).
+
+    Raises ValueError if hi < lo (values checked when concrete), or for an unknown variant.
+    """
     check_variant("p03_subgradient_kinks", variant)
+    if not is_traced(lo):  # an empty interval: both frameworks would return hi everywhere
+        check_scalar("clamp", "hi", hi, low=float(lo))
     if variant == "naive":
         return jnp.clip(x, lo, hi)
     inside = (x >= lo) & (x <= hi)

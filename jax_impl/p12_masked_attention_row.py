@@ -33,6 +33,7 @@ def masked_softmax(scores: jax.Array, mask: jax.Array, variant: str) -> jax.Arra
     NaN (softmax of all -inf). Source: PITFALLS P12.
     """
     check_variant("p12_masked_attention_row", variant)
+    check_same_shape("masked_softmax", scores=scores.shape, mask=mask.shape)  # a [S] mask would broadcast
     if variant == "ported":
         return jax.nn.softmax(scores, axis=-1, where=mask)  # GRAD-FLOW: an empty row is zeros, with zero gradient
     return jax.nn.softmax(jnp.where(mask, scores, -jnp.inf), axis=-1)

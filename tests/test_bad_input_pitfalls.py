@@ -194,3 +194,26 @@ def test_public_helper_refuses_typoed_variant(scenario: str, framework: str, qua
     message = re.escape(f"{scenario}: variant expected one of {list(variants)}, got 'portd'")
     with pytest.raises(ValueError, match=message):
         obj(*[None] * len(params), variant="portd")  # the check comes first: no other argument is read
+
+
+def _fw(framework: str, values) -> object:
+    values = np.asarray(values, dtype=np.float32)
+    return torch.tensor(values) if framework == "torch" else jnp.asarray(values)
+
+
+# (call(module, framework), message): the same message from both frameworks (issue 15 item 7)
+PITFALL_ARGUMENTS = [
+    ("p02_norm_at_zero", lambda m, f: m.penalized(_fw(f, [1.0, 2.0]), _fw(f, [0.0, 0.0]), -0.5, "ported"),
+     "penalized: lam expected a number in [0, inf], got -0.5"),
+    ("p03_subgradient_kinks", lambda m, f: m.clamp(_fw(f, [0.0, 1.0]), 0.5, -0.5, "ported"),
+     "clamp: hi expected a number in [0.5, inf], got -0.5"),
+    ("p12_masked_attention_row", lambda m, f: m.masked_softmax(_fw(f, np.zeros((2, 3))), _fw(f, [1, 0, 1]) > 0, "ported"),
+     "masked_softmax: scores has shape (2, 3) but mask has shape (3,)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("framework", ["torch", "jax"])
+@pytest.mark.parametrize(("scenario", "call", "message"), PITFALL_ARGUMENTS, ids=[s for s, _, _ in PITFALL_ARGUMENTS])
+def test_pitfall_helper_checks_its_arguments(scenario: str, call, message: str, framework: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        call(impl(framework, scenario), framework)

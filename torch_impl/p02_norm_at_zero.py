@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 from torch_impl._common import numpy, scenario_run, tensor
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
@@ -32,9 +32,13 @@ def sq_norm(x: torch.Tensor, variant: str) -> torch.Tensor:
 
 
 def penalized(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> torch.Tensor:
-    """0.5·‖x − t‖² + λ‖x‖: a data term plus a norm penalty (group-lasso style), x, t [N] -> []."""
+    """0.5·‖x − t‖² + λ‖x‖: a data term plus a norm penalty (group-lasso style), x, t [N] -> [].
+
+    Raises ValueError on a shape mismatch, a λ < 0 or an unknown variant.
+    """
     check_variant("p02_norm_at_zero", variant)
     check_same_shape("penalized", x=tuple(x.shape), t=tuple(t.shape))
+    check_scalar("penalized", "lam", lam, 0.0)  # a negative λ rewards a large norm
     return 0.5 * ((x - t) ** 2).sum() + lam * norm(x, variant)
 
 

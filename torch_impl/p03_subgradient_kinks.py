@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.core.checks import check_variant
+from shared.core.checks import check_scalar, check_variant, is_traced
 from torch_impl._common import numpy, scenario_run, tensor
 
 __all__ = ["l1", "clamp", "run"]
@@ -28,8 +28,13 @@ def l1(x: torch.Tensor, variant: str) -> torch.Tensor:
 
 
 def clamp(x: torch.Tensor, lo: float, hi: float, variant: str) -> torch.Tensor:
-    """x [N] clamped to [lo, hi]; gradient 1 for lo <= x <= hi (bounds included), else 0."""
+    """x [N] clamped to [lo, hi]; gradient 1 for lo <= x <= hi (bounds included), else 0.
+
+    Raises ValueError if hi < lo (values checked when concrete), or for an unknown variant.
+    """
     check_variant("p03_subgradient_kinks", variant)
+    if not is_traced(lo):  # an empty interval: both frameworks would return hi everywhere
+        check_scalar("clamp", "hi", hi, low=float(lo))
     return x.clamp(lo, hi)  # GRAD-FLOW: clamp' = 1 on the bounds, torch's subgradient
 
 

@@ -31,6 +31,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, variant: str) -> to
     NaN (softmax of all -inf). Source: PITFALLS P12.
     """
     check_variant("p12_masked_attention_row", variant)
+    check_same_shape("masked_softmax", scores=tuple(scores.shape), mask=tuple(mask.shape))  # a [S] mask would broadcast
     probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     if variant == "ported":
         probs = probs.masked_fill(~mask, 0.0)  # GRAD-FLOW: an empty row is zeros, with zero gradient
