@@ -47,8 +47,11 @@ class ActorCritic(nnx.Module):
 
 
 def build_model(fx) -> ActorCritic:
-    """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture).
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(nnx.eval_shape(lambda: ActorCritic(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)

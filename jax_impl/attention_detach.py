@@ -45,8 +45,11 @@ class Attention(nnx.Module):
 
 
 def build_model(fx) -> Attention:
-    """An Attention head loaded with the fixture's canonical kernels."""
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """An Attention head loaded with the fixture's canonical kernels.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     return load_params(
         nnx.eval_shape(lambda: Attention(fx.dims["E"], fx.dims["K"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params

@@ -51,8 +51,11 @@ class QNetwork(nnx.Module):
 
 
 def build_networks(fx) -> tuple[QNetwork, QNetwork]:
-    """(online, target) Q-networks loaded with the fixture's canonical parameters."""
-    check_x64("build_networks", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """(online, target) Q-networks loaded with the fixture's canonical parameters.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("build_networks", fx.dtype, jax.config.jax_enable_x64)
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     nets = []
     for net in ("online", "target"):

@@ -58,17 +58,23 @@ class Classifier(nnx.Module):
 
 
 def build_model(fx) -> Classifier:
-    """A Classifier loaded with the fixture's canonical parameters."""
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """A Classifier loaded with the fixture's canonical parameters.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(nnx.eval_shape(lambda: Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 def make_optimizer(model: Classifier, fx, variant: str) -> nnx.Optimizer:
-    """optax.adamw over the trainable parameters; only the head unless the backbone trains."""
+    """optax.adamw over the trainable parameters; only the head unless the backbone trains.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
     check_variant("frozen_backbone", variant)
-    check_x64("make_optimizer", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    check_x64("make_optimizer", fx.dtype, jax.config.jax_enable_x64)
     wrt = nnx.Param
     if variant in ("freeze_params", "detach_features"):
         wrt = HEAD  # GRAD-FLOW: frozen leaves stay out of the optimizer

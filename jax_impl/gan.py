@@ -60,8 +60,11 @@ class GAN(nnx.Module):
 
 
 def build_model(fx) -> GAN:
-    """A GAN loaded with the fixture's canonical parameters."""
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """A GAN loaded with the fixture's canonical parameters.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     dims = fx.dims
     return load_params(
@@ -71,8 +74,11 @@ def build_model(fx) -> GAN:
 
 
 def make_optimizers(model: GAN, fx) -> tuple[nnx.Optimizer, nnx.Optimizer]:
-    """(d_opt, g_opt): optax.adam(lr, b1, b2, eps) over the discriminator and over the generator."""
-    check_x64("make_optimizers", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """(d_opt, g_opt): optax.adam(lr, b1, b2, eps) over the discriminator and over the generator.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("make_optimizers", fx.dtype, jax.config.jax_enable_x64)
     tx = _adam(fx.scalar("lr"), fx.scalar("b1"), fx.scalar("b2"), fx.scalar("eps"))
     d_opt = nnx.Optimizer(model.disc, tx, wrt=nnx.Param)  # GRAD-FLOW: the discriminator step updates only D
     g_opt = nnx.Optimizer(model.gen, tx, wrt=nnx.Param)  # GRAD-FLOW: the generator step updates only G

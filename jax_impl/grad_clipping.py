@@ -50,8 +50,11 @@ class Recurrent:
 
 
 def build_model(fx) -> tuple[Recurrent, dict]:
-    """(Recurrent, canonical parameter pytree) from the fixture."""
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """(Recurrent, canonical parameter pytree) from the fixture.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     params: dict = {}
     for key in fx:
         if not key.startswith("params/"):

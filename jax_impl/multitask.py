@@ -46,8 +46,11 @@ class MultiTaskNet(nnx.Module):
 
 
 def build_model(fx) -> MultiTaskNet:
-    """A MultiTaskNet loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """A MultiTaskNet loaded with the fixture's canonical parameters (dtype of the fixture).
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(nnx.eval_shape(lambda: MultiTaskNet(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)

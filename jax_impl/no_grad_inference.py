@@ -41,8 +41,9 @@ def build_model(fx) -> Classifier:
     """A Classifier loaded with the fixture's canonical parameters (nnx.Param leaves, as in training).
 
     Built with nnx.eval_shape: the random initialisation is never computed, the fixture supplies every leaf.
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(nnx.eval_shape(lambda: Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)

@@ -27,9 +27,12 @@ TORCH_EPS = 1e-5
 
 
 def make_layer_norm(fx, variant: str) -> nnx.LayerNorm:
-    """nnx.LayerNorm(D) with torch's epsilon ("ported") or the nnx default 1e-6 ("naive"), fixture params."""
+    """nnx.LayerNorm(D) with torch's epsilon ("ported") or the nnx default 1e-6 ("naive"), fixture params.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
     check_variant("p05_layernorm_eps", variant)
-    check_x64("make_layer_norm", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    check_x64("make_layer_norm", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     kwargs = {} if variant == "naive" else {"epsilon": TORCH_EPS, "use_fast_variance": False}
     ln = nnx.LayerNorm(fx.dims["D"], param_dtype=jnp.dtype(fx.dtype), rngs=nnx.Rngs(0), **kwargs)

@@ -50,9 +50,12 @@ class _TorchBatchNorm(nnx.Module):
 
 
 def make_batch_norm(fx, variant: str) -> nnx.Module:
-    """Torch-rule BatchNorm ("ported") or nnx.BatchNorm(momentum=m) ("naive"), with the fixture's state."""
+    """Torch-rule BatchNorm ("ported") or nnx.BatchNorm(momentum=m) ("naive"), with the fixture's state.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
     check_variant("p06_batchnorm_stats", variant)
-    check_x64("make_batch_norm", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    check_x64("make_batch_norm", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     f, m, dtype = fx.dims["F"], fx.scalar("momentum"), jnp.dtype(fx.dtype)
     if variant == "naive":

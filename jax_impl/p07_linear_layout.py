@@ -22,9 +22,12 @@ __all__ = ["load_linear", "mse", "run"]
 
 
 def load_linear(fx, variant: str) -> nnx.Linear:
-    """nnx.Linear(I, O) from the fixture's torch state dict: kernel = weight.T ("naive": weight as is)."""
+    """nnx.Linear(I, O) from the fixture's torch state dict: kernel = weight.T ("naive": weight as is).
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
     check_variant("p07_linear_layout", variant)
-    check_x64("load_linear", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    check_x64("load_linear", fx.dtype, jax.config.jax_enable_x64)
     weight = np.asarray(fx["state_dict/weight"])  # [O, I]
     o, i = weight.shape
     kernel = weight if variant == "naive" else weight.T  # [I, O]

@@ -46,10 +46,10 @@ def make_cell(fx, variant: str) -> nnx.Module:
     """The ported cell ("ported") or nnx.GRUCell with bias_ih + bias_hh folded in ("naive").
 
     Raises:
-      ValueError: G != 3H.
+      ValueError: G != 3H, or a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_variant("p08_gru_bias", variant)
-    check_x64("make_cell", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    check_x64("make_cell", fx.dtype, jax.config.jax_enable_x64)
     g, h, i, dtype = fx.dims["G"], fx.dims["H"], fx.dims["I"], jnp.dtype(fx.dtype)
     if g != 3 * h:
         raise ValueError(f"p08_gru_bias: state_dict rows G expected 3H = {3 * h}, got {g}")

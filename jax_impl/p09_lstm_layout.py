@@ -63,9 +63,12 @@ def _flax_params(params: dict[str, jax.Array], variant: str) -> dict:
 
 
 def build_model(fx, variant: str) -> Recurrent:
-    """A Recurrent (abstract, no initialisation compute) for the fixture's D, H and dtype; `_flax_params` fills it."""
+    """A Recurrent (abstract, no initialisation compute) for the fixture's D, H and dtype; `_flax_params` fills it.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
     check_variant("p09_lstm_layout", variant)
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     d, h, dtype = fx.dims["D"], fx.dims["H"], jnp.dtype(fx.dtype)
     return nnx.eval_shape(lambda: Recurrent(d, h, dtype, nnx.Rngs(0)))
 

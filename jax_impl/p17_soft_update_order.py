@@ -27,11 +27,12 @@ __all__ = ["build_layer", "soft_update", "run"]
 def build_layer(fx, net: str) -> nnx.Linear:
     """nnx.Linear(I, O) loaded with the fixture's `<net>/kernel` [I, O] and `<net>/bias` [O].
 
-    Raises ValueError unless net is "online" or "target".
+    Raises ValueError unless net is "online" or "target", or for a float64 fixture outside jax.enable_x64
+    (JAX would build float32 arrays).
     """
     if net not in ("online", "target"):
         raise ValueError(f"build_layer: net expected one of ['online', 'target'], got {net!r}")
-    check_x64("build_layer", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    check_x64("build_layer", fx.dtype, jax.config.jax_enable_x64)
     params = {k.removeprefix(f"{net}/"): v for k, v in fx.items() if k.startswith(f"{net}/")}
     i, o, dtype = fx.dims["I"], fx.dims["O"], jnp.dtype(fx.dtype)
     layer = nnx.eval_shape(

@@ -59,8 +59,11 @@ class Recurrent:
 
 
 def build_model(fx, cell: str) -> tuple[Recurrent, dict]:
-    """(Recurrent, canonical parameter pytree) of one cell from the fixture."""
-    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
+    """(Recurrent, canonical parameter pytree) of one cell from the fixture.
+
+    Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
+    """
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
     prefix = f"params/{cell}/"
     params: dict = {}
     for key in fx:
