@@ -66,9 +66,8 @@ def old_logprobs(agent: Agent, batch: dict, variant: str) -> jax.Array:
         return batch["old_logprobs"]
     if variant == "old_logprob_attached":
         return agent(batch["obs"], batch["actions"])[0]  # the trap: recomputed with the graph attached
-    return jax.lax.stop_gradient(
-        agent(batch["obs"], batch["actions"])[0]
-    )  # GRAD-FLOW: the rollout's log-probs are constants of the update
+    logp = agent(batch["obs"], batch["actions"])[0]
+    return jax.lax.stop_gradient(logp)  # GRAD-FLOW: the rollout's log-probs are constants of the update
 
 
 def normalize_advantages(adv: jax.Array, variant: str) -> jax.Array:

@@ -92,3 +92,9 @@ def test_targets_of_another_shape_are_refused(impl) -> None:
     extra = () if impl is tl else ("lora",)
     with pytest.raises(ValueError, match=rf"train_step: pred has shape \({b}, {o}\) but y has shape \({b * o},\)"):
         impl.train_step(*args, x, y, *extra)
+
+
+def test_torch_merge_records_no_graph() -> None:
+    fx = fixtures.make("lora", "float32")
+    merged = tl.merged_kernel(tl.build_model(fx).l1)
+    assert merged.shape == (fx.dims["D"], fx.dims["H"]) and not merged.requires_grad

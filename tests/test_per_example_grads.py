@@ -88,3 +88,20 @@ def test_inputs_and_targets_of_different_batch_are_refused(impl) -> None:
         impl.per_example_grads(impl.build_model(fx), x, y)
     with pytest.raises(ValueError, match="variant expected one of"):
         impl.dp_gradient({}, {}, {}, "dp")
+
+
+def test_torch_per_example_and_dp_gradients_carry_no_graph() -> None:
+    """torch.func's idiom detaches the parameters; the noise is data: the DP step's gradient is a plain tensor."""
+    fx = fixtures.make("per_example_grads", "float32")
+    model = tp.build_model(fx)
+    x, y = torch.tensor(np.array(fx["x"])), torch.tensor(np.array(fx["y"]))
+    per_example = tp.per_example_grads(model, x, y)
+    assert not any(g.requires_grad for g in per_example.values())
+    noise = {
+        k: torch.tensor(np.random.default_rng(0).normal(size=tuple(g.shape[1:])), dtype=torch.float32)
+        for k, g in per_example.items()
+    }
+    dp, _ = tp.dp_gradient(per_example, noise, {"l2_norm_clip": 1.0, "noise_multiplier": 0.5}, "dp_sgd")
+    assert not any(g.requires_grad for g in dp.values())
+    out = tp.run(fx, "dp_sgd")
+    assert out["dp_grads/l2/bias"].dtype == np.float32

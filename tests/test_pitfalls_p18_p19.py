@@ -157,3 +157,16 @@ def test_p19_targets_of_another_shape_are_refused(impl) -> None:
         impl.train(
             model, impl.make_optimizer(model, fx, "ported"), lib(np.array(fx["x"])), lib(np.array(fx["y"])[:, 0]), 1
         )
+
+
+@pytest.mark.parametrize("scenario", ["p18_default_init", "p19_drift"])
+def test_torch_losses_carry_no_graph(scenario: str) -> None:
+    """The losses a training loop returns are values: no step's graph outlives it (1,000 graphs otherwise)."""
+    fx = fixtures.make(scenario, "float32")
+    x, y = torch.tensor(np.array(fx["x"])), torch.tensor(np.array(fx["y"]))
+    if scenario == "p18_default_init":
+        losses = t18.train(t18.build_model(fx, "ported"), x, y, fx.scalar("lr"), 3)
+    else:
+        model = t19.build_model(fx)
+        losses = t19.train(model, t19.make_optimizer(model, fx, "ported"), x, y, 3)
+    assert losses.shape == (3,) and not losses.requires_grad and losses.grad_fn is None

@@ -23,7 +23,7 @@ from torch import nn
 
 from shared.core.checks import check_same_shape, check_variant
 from torch_impl._common import numpy, scenario_run, tensor
-from torch_impl._layout import load_params, params_of
+from torch_impl._layout import grads_of, load_params, params_of
 
 __all__ = ["MLP", "build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "run"]
 
@@ -53,12 +53,13 @@ def example_loss(model: MLP, params: dict, x_i: torch.Tensor, y_i: torch.Tensor)
 
 
 def per_example_grads(model: MLP, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
-    """{torch parameter name: g [B, *shape]}: the gradient of each example's loss ℓ_i, for x [B, D], y [B].
+    """{torch parameter name: g [B, *shape]}: the gradient of each example's loss ℓ_i, for x [B, D], y [B] (no graph).
 
     Raises ValueError unless x and y agree on B.
     """
     check_same_shape("per_example_grads", x_batch=tuple(x.shape[:1]), y=tuple(y.shape))
-    params = dict(model.named_parameters())
+    # the torch.func idiom: the parameters as plain tensors, so the per-example gradients carry no graph
+    params = {k: v.detach() for k, v in model.named_parameters()}
     grad_one = torch.func.grad(functools.partial(example_loss, model))
     return torch.func.vmap(grad_one, in_dims=(None, 0, 0))(
         params, x, y
@@ -95,7 +96,7 @@ def dp_gradient(
 
 
 def _canonical(model: MLP, tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    return params_of(model, {k: v.detach() for k, v in tensors.items()})
+    return params_of(model, tensors)
 
 
 @scenario_run("per_example_grads")
@@ -107,7 +108,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     noise_model = load_params(
         copy.deepcopy(model), {k.removeprefix("noise/"): v for k, v in fx.items() if k.startswith("noise/")}
     )
-    noise = {k: p.detach() for k, p in noise_model.named_parameters()}
+    noise = {k: torch.from_numpy(p.numpy(force=True)) for k, p in noise_model.named_parameters()}  # data, no graph
     hyper = {k: fx.scalar(k) for k in ("l2_norm_clip", "noise_multiplier")}
     per_example = per_example_grads(model, x, y)
     dp, num_clipped = dp_gradient(per_example, noise, hyper, variant)
@@ -115,15 +116,13 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     loss.backward()  # the batch gradient, the usual way
     out = {"loss": numpy(loss), "num_clipped": numpy(num_clipped).astype(np.int64)}
     out["norms"] = numpy(torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in per_example.values())))
-    out.update(
-        {f"grads/{k}": v for k, v in _canonical(model, {n: p.grad for n, p in model.named_parameters()}).items()}
-    )
+    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})
     rows = [_canonical(model, {k: g[i] for k, g in per_example.items()}) for i in range(x.shape[0])]
     out.update({f"per_example/{k}": np.stack([r[k] for r in rows]) for k in rows[0]})
     out.update({f"dp_grads/{k}": v for k, v in _canonical(model, dp).items()})
     optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
     for name, p in model.named_parameters():
-        p.grad = dp[name].detach()
+        p.grad = dp[name]
     optimizer.step()
     out.update({f"params/{k}": v for k, v in params_of(model).items()})
     return out
