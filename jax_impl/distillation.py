@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
 
 __all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "run"]
 
@@ -63,6 +63,7 @@ class Distiller(nnx.Module):
 
 def build_model(fx) -> Distiller:
     """A Distiller loaded with the fixture's parameters and the teacher's running statistics."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     dims = fx.dims
     model = nnx.eval_shape(lambda: Distiller(dims["D"], dims["H"], dims["C"], jnp.dtype(fx.dtype), nnx.Rngs(0)))
@@ -87,8 +88,11 @@ def teacher_logits(teacher: Teacher, x: jax.Array, variant: str) -> jax.Array:
 def distillation_loss(s: jax.Array, t: jax.Array, labels: jax.Array, temperature: float, alpha: float):
     """(α·T²·KL(softmax(t/T) ‖ softmax(s/T)) batch mean, (1 − α)·CE(s, labels)) of logits s, t [B, C], labels [B].
 
-    Raises ValueError if s and t differ in shape. Reference: Hinton et al. 2015 §2.
+    Raises ValueError if s and t differ in shape, temperature <= 0 or alpha outside [0, 1].
+    Reference: Hinton et al. 2015 §2.
     """
+    check_scalar("distillation_loss", "temperature", temperature, 0.0, low_open=True)
+    check_scalar("distillation_loss", "alpha", alpha, 0.0, 1.0)
     check_same_shape("distillation_loss", student=s.shape, teacher=t.shape)
     log_s, log_t = jax.nn.log_softmax(s / temperature, axis=-1), jax.nn.log_softmax(t / temperature, axis=-1)
     soft = optax.losses.kl_divergence_with_log_targets(log_s, log_t).mean()

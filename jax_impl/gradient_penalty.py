@@ -21,7 +21,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
 
 __all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "run"]
 
@@ -47,6 +47,7 @@ class WGAN(nnx.Module):
 
 def build_model(fx) -> WGAN:
     """A WGAN loaded with the fixture's canonical parameters."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     dims = fx.dims
     return load_params(
@@ -76,7 +77,8 @@ def gradient_penalty(critic: Critic, x_hat: jax.Array, variant: str) -> tuple[ja
 
 def critic_loss(model: WGAN, batch: dict[str, jax.Array], gp_weight: float, variant: str):
     """(L = mean D(fake) − mean D(real) + λ·penalty, (wasserstein [], penalty [], norms [B])) of the batch
-    real [B, X], z [B, Z], eps [B, 1]. Raises ValueError for an unknown variant."""
+    real [B, X], z [B, Z], eps [B, 1]. Raises ValueError for an unknown variant or gp_weight < 0."""
+    check_scalar("critic_loss", "gp_weight", gp_weight, 0.0)
     # GRAD-FLOW: the critic step treats generated samples as data
     fake = jax.lax.stop_gradient(model.generator(batch["z"]))
     wasserstein = model.critic(fake).mean() - model.critic(batch["real"]).mean()

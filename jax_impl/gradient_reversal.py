@@ -22,7 +22,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
 
 __all__ = ["DANN", "build_model", "reverse_gradient", "clip_gradient", "domain_input", "dann_losses", "run"]
 
@@ -38,6 +38,7 @@ class DANN(nnx.Module):
 
 def build_model(fx) -> DANN:
     """A DANN loaded with the fixture's canonical parameters."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     dims = fx.dims
     return load_params(
@@ -82,9 +83,10 @@ clip_gradient.defvjp(_clip_fwd, _clip_bwd)
 
 
 def domain_input(h: jax.Array, hyper: dict[str, jax.Array], variant: str) -> jax.Array:
-    """R(h [B, H]) per variant: reverse_gradient(h, λ), h, or clip_gradient(lo, hi, h). Raises ValueError for an unknown variant."""
+    """R(h [B, H]) per variant: reverse_gradient(h, λ), h, or clip_gradient(lo, hi, h). Raises ValueError for an unknown variant or λ < 0."""
     check_variant("gradient_reversal", variant)
     if variant == "reversal":
+        check_scalar("domain_input", "lam", hyper["lam"], 0.0)  # here, not in the op: it also runs under torch.func
         return reverse_gradient(h, hyper["lam"])
     if variant == "clipped":
         return clip_gradient(hyper["clip_lo"], hyper["clip_hi"], h)

@@ -21,7 +21,7 @@ import numpy as np
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 
 __all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "run"]
 
@@ -29,8 +29,9 @@ __all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_los
 def gumbel_softmax(logits: jax.Array, gumbels: jax.Array, tau: float, hard: bool) -> jax.Array:
     """torch's F.gumbel_softmax(logits [B, C], tau, hard) with the Gumbel noise `gumbels` [B, C] given; [B, C].
 
-    Raises ValueError if logits and gumbels differ in shape.
+    Raises ValueError if logits and gumbels differ in shape, or tau <= 0.
     """
+    check_scalar("gumbel_softmax", "tau", tau, 0.0, low_open=True)
     check_same_shape("gumbel_softmax", logits=logits.shape, gumbels=gumbels.shape)
     y_soft = jax.nn.softmax((logits + gumbels) / tau, axis=-1)
     if not hard:

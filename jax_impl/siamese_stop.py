@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
 
 __all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "run"]
 
@@ -52,6 +52,7 @@ class Siamese(nnx.Module):
 
 def build_model(fx) -> Siamese:
     """A Siamese model loaded with the fixture's canonical parameters."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
     dims = fx.dims
     return load_params(
@@ -83,7 +84,8 @@ def symmetric_loss(p1, p2, t1, t2, variant: str) -> tuple[jax.Array, jax.Array]:
 
 
 def ema_update(online: nnx.Module, target: nnx.Module, tau: float) -> nnx.Module:
-    """BYOL's ξ ← τ·ξ + (1 − τ)·θ, in place; returns target."""
+    """BYOL's ξ ← τ·ξ + (1 − τ)·θ, in place; returns target. Raises ValueError unless τ is in [0, 1]."""
+    check_scalar("ema_update", "tau", tau, 0.0, 1.0)
     online_p, target_p = nnx.state(online, nnx.Param), nnx.state(target, nnx.Param)
     # GRAD-FLOW: the EMA target update is a parameter write, outside any graph
     nnx.update(target, optax.incremental_update(new_tensors=online_p, old_tensors=target_p, step_size=1.0 - tau))

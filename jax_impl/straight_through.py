@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 from jax_impl._common import array, grads_of, load_params, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
 
 __all__ = ["VQVAE", "build_model", "straight_through", "quantize", "vq_losses", "ema_update", "second_order", "run"]
 
@@ -45,6 +45,7 @@ class VQVAE(nnx.Module):
 
 def build_model(fx) -> VQVAE:
     """A VQVAE loaded with the fixture's parameters and EMA statistics."""
+    check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     dims = fx.dims
     model = nnx.eval_shape(lambda: VQVAE(dims["D"], dims["K"], dims["C"], jnp.dtype(fx.dtype), nnx.Rngs(0)))
     load_params(model, {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")})
@@ -85,7 +86,12 @@ def vq_losses(model: VQVAE, x: jax.Array, variant: str) -> tuple[dict[str, jax.A
 
 
 def ema_update(model: VQVAE, z_e: jax.Array, codes: jax.Array, decay: float, eps: float) -> None:
-    """Sonnet's VectorQuantizerEMA step on z_e [B, K] assigned to codes [B]: statistics, then the codebook, in place."""
+    """Sonnet's VectorQuantizerEMA step on z_e [B, K] assigned to codes [B]: statistics, then the codebook, in place.
+
+    Raises ValueError unless decay is in [0, 1) and eps > 0.
+    """
+    check_scalar("ema_update", "decay", decay, 0.0, 1.0, high_open=True)
+    check_scalar("ema_update", "eps", eps, 0.0, low_open=True)
     onehot = jax.nn.one_hot(codes, model.codebook.shape[0], dtype=z_e.dtype)  # [B, C]
     count = optax.incremental_update(onehot.sum(0), model.ema_count[...], 1.0 - decay)
     sums = optax.incremental_update(onehot.T @ z_e, model.ema_sum[...], 1.0 - decay)

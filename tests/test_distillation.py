@@ -81,3 +81,5 @@ def test_bad_input(module) -> None:
         module.distillation_loss(lib.zeros((4, 3)), lib.zeros((4, 2)), lib.zeros(4, dtype=lib.int32), 2.0, 0.5)
     with pytest.raises(ValueError, match="distillation: variant expected one of .*got 'frozen_teacher'"):
         module.teacher_logits(None, None, "frozen_teacher")
+    with pytest.raises(ValueError, match=r"distillation_loss: temperature expected a number in \(0, inf\], got 0.0"):
+        module.distillation_loss(lib.zeros((4, 3)), lib.zeros((4, 3)), lib.zeros(4, dtype=lib.int32), 0.0, 0.5)

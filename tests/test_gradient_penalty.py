@@ -96,3 +96,5 @@ def test_bad_input(module) -> None:
         module.interpolates(lib.zeros((4, 2)), lib.zeros((3, 2)), lib.zeros((4, 1)))
     with pytest.raises(ValueError, match="gradient_penalty: variant expected one of .*got 'two_sided'"):
         module.gradient_penalty(None, None, "two_sided")
+    with pytest.raises(ValueError, match=r"critic_loss: gp_weight expected a number in \[0, inf\], got -10.0"):
+        module.critic_loss(None, {}, -10.0, "create_graph")

@@ -73,6 +73,9 @@ def test_jax_custom_vjp_cannot_be_forward_differentiated_and_needs_one_cotangent
 def test_bad_input(module) -> None:
     with pytest.raises(ValueError, match="gradient_reversal: variant expected one of .*got 'grl'"):
         module.domain_input(None, {}, "grl")
+    lib = torch if module is tgr else jnp
+    with pytest.raises(ValueError, match=r"domain_input: lam expected a number in \[0, inf\], got -0.5"):
+        module.domain_input(lib.zeros(3), {"lam": lib.asarray(-0.5)}, "reversal")
     arrays = {k: np.array(v) for k, v in fixtures.make("gradient_reversal", "float64").items()}
     arrays["clip_lo"] = np.array(arrays["clip_hi"] + 1.0)
     with pytest.raises(ValueError, match="field 'clip_lo' expected < clip_hi"):

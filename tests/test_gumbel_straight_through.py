@@ -65,3 +65,5 @@ def test_bad_input(module) -> None:
         module.gumbel_softmax(lib.zeros((3, 4)), lib.zeros((3, 5)), 1.0, hard=True)
     with pytest.raises(ValueError, match="gumbel_straight_through: variant expected one of .*got 'argmax'"):
         module.sample_categories(None, None, 1.0, "argmax")
+    with pytest.raises(ValueError, match=r"gumbel_softmax: tau expected a number in \(0, inf\], got -1.0"):
+        module.gumbel_softmax(lib.zeros((3, 4)), lib.zeros((3, 4)), -1.0, hard=True)

@@ -84,3 +84,10 @@ def test_symmetric_loss_refuses_mismatched_shapes(module) -> None:
         module.symmetric_loss(z, z, z[:2], z, "simsiam")
     with pytest.raises(ValueError, match="siamese_stop: variant expected one of .*got 'moco'"):
         module.symmetric_loss(z, z, z, z, "moco")
+    with pytest.raises(ValueError, match=r"ema_update: tau expected a number in \[0, 1\], got 1.5"):
+        module.ema_update(None, None, 1.5)
+
+
+def test_jax_builder_refuses_a_float64_fixture_outside_x64() -> None:
+    with jax.enable_x64(False), pytest.raises(ValueError, match="build_model: a float64 fixture needs jax_enable_x64"):
+        jss.build_model(fixtures.make("siamese_stop", "float64"))

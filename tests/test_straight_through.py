@@ -104,3 +104,5 @@ def test_bad_input(module) -> None:
         module.straight_through(lib.zeros((2, 3)), lib.zeros((3, 2)))
     with pytest.raises(ValueError, match=r"straight_through: variant expected one of .*got 'ste'"):
         module.vq_losses(None, None, "ste")
+    with pytest.raises(ValueError, match=r"ema_update: decay expected a number in \[0, 1\), got 1.0"):
+        module.ema_update(None, None, None, 1.0, 1e-5)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 from torch_impl._common import numpy, scenario_run, tensor
 from torch_impl._layout import grads_of, load_params, params_of
 
@@ -86,8 +86,11 @@ def teacher_logits(teacher: Teacher, x: torch.Tensor, variant: str) -> torch.Ten
 def distillation_loss(s: torch.Tensor, t: torch.Tensor, labels: torch.Tensor, temperature: float, alpha: float):
     """(α·T²·KL(softmax(t/T) ‖ softmax(s/T)) batch mean, (1 − α)·CE(s, labels)) of logits s, t [B, C], labels [B].
 
-    Raises ValueError if s and t differ in shape. Reference: Hinton et al. 2015 §2.
+    Raises ValueError if s and t differ in shape, temperature <= 0 or alpha outside [0, 1].
+    Reference: Hinton et al. 2015 §2.
     """
+    check_scalar("distillation_loss", "temperature", temperature, 0.0, low_open=True)
+    check_scalar("distillation_loss", "alpha", alpha, 0.0, 1.0)
     check_same_shape("distillation_loss", student=tuple(s.shape), teacher=tuple(t.shape))
     log_s, log_t = F.log_softmax(s / temperature, dim=-1), F.log_softmax(t / temperature, dim=-1)
     soft = F.kl_div(log_s, log_t, reduction="batchmean", log_target=True)

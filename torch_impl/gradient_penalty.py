@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 from torch_impl._common import numpy, scenario_run, tensor
 from torch_impl._layout import grads_of, load_params
 
@@ -78,7 +78,8 @@ def gradient_penalty(critic: Critic, x_hat: torch.Tensor, variant: str) -> tuple
 
 def critic_loss(model: WGAN, batch: dict[str, torch.Tensor], gp_weight: float, variant: str):
     """(L = mean D(fake) − mean D(real) + λ·penalty, (wasserstein [], penalty [], norms [B])) of the batch
-    real [B, X], z [B, Z], eps [B, 1]. Raises ValueError for an unknown variant."""
+    real [B, X], z [B, Z], eps [B, 1]. Raises ValueError for an unknown variant or gp_weight < 0."""
+    check_scalar("critic_loss", "gp_weight", gp_weight, 0.0)
     # GRAD-FLOW: the critic step treats generated samples as data
     fake = model.generator(batch["z"]).detach()
     wasserstein = model.critic(fake).mean() - model.critic(batch["real"]).mean()

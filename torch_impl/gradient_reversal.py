@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
 from torch_impl._layout import load_params, params_of
 
@@ -84,9 +84,10 @@ def clip_gradient(lo: torch.Tensor, hi: torch.Tensor, x: torch.Tensor) -> torch.
 
 
 def domain_input(h: torch.Tensor, hyper: dict[str, torch.Tensor], variant: str) -> torch.Tensor:
-    """R(h [B, H]) per variant: reverse_gradient(h, λ), h, or clip_gradient(lo, hi, h). Raises ValueError for an unknown variant."""
+    """R(h [B, H]) per variant: reverse_gradient(h, λ), h, or clip_gradient(lo, hi, h). Raises ValueError for an unknown variant or λ < 0."""
     check_variant("gradient_reversal", variant)
     if variant == "reversal":
+        check_scalar("domain_input", "lam", hyper["lam"], 0.0)  # here, not in the op: it also runs under torch.func
         return reverse_gradient(h, hyper["lam"])
     if variant == "clipped":
         return clip_gradient(hyper["clip_lo"], hyper["clip_hi"], h)

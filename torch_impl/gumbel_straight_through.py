@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
 from torch_impl._layout import load_params, params_of
 
@@ -27,8 +27,9 @@ __all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_los
 def gumbel_softmax(logits: torch.Tensor, gumbels: torch.Tensor, tau: float, hard: bool) -> torch.Tensor:
     """F.gumbel_softmax(logits [B, C], tau, hard) with the Gumbel noise `gumbels` [B, C] given; [B, C].
 
-    Raises ValueError if logits and gumbels differ in shape.
+    Raises ValueError if logits and gumbels differ in shape, or tau <= 0.
     """
+    check_scalar("gumbel_softmax", "tau", tau, 0.0, low_open=True)
     check_same_shape("gumbel_softmax", logits=tuple(logits.shape), gumbels=tuple(gumbels.shape))
     y_soft = ((logits + gumbels) / tau).softmax(dim=-1)
     if not hard:

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
 from torch_impl._layout import grads_of, load_params, params_of
 
@@ -84,7 +84,8 @@ def symmetric_loss(p1, p2, t1, t2, variant: str) -> tuple[torch.Tensor, torch.Te
 
 
 def ema_update(online: nn.Module, target: nn.Module, tau: float) -> nn.Module:
-    """BYOL's ξ ← τ·ξ + (1 − τ)·θ, in place; returns target."""
+    """BYOL's ξ ← τ·ξ + (1 − τ)·θ, in place; returns target. Raises ValueError unless τ is in [0, 1]."""
+    check_scalar("ema_update", "tau", tau, 0.0, 1.0)
     # GRAD-FLOW: the EMA target update is a parameter write, outside any graph
     with torch.no_grad():
         for t, o in zip(target.parameters(), online.parameters(), strict=True):

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
+from shared.core.checks import check_same_shape, check_scalar, check_variant
 from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
 from torch_impl._layout import load_params, params_of
 
@@ -84,7 +84,12 @@ def vq_losses(
 
 
 def ema_update(model: VQVAE, z_e: torch.Tensor, codes: torch.Tensor, decay: float, eps: float) -> None:
-    """Sonnet's VectorQuantizerEMA step on z_e [B, K] assigned to codes [B]: statistics, then the codebook, in place."""
+    """Sonnet's VectorQuantizerEMA step on z_e [B, K] assigned to codes [B]: statistics, then the codebook, in place.
+
+    Raises ValueError unless decay is in [0, 1) and eps > 0.
+    """
+    check_scalar("ema_update", "decay", decay, 0.0, 1.0, high_open=True)
+    check_scalar("ema_update", "eps", eps, 0.0, low_open=True)
     # GRAD-FLOW: the EMA codebook update is a parameter write, outside any graph
     with torch.no_grad():
         onehot = nn.functional.one_hot(codes, model.codebook.shape[0]).to(z_e.dtype)  # [B, C]
