@@ -70,19 +70,14 @@ def first_call_cell(row: Mapping, col: str, gpu: bool = False) -> str:
 
 
 def reasons(payload: Mapping) -> list[str]:
-    """One line per tuned column without a timing and why, the common 'nothing to tune' grouped."""
-    lines, plain = [], {}
+    """One line per tuned column and reason it has no timing, naming the steps it holds for."""
+    groups: dict[tuple[str, str], list[str]] = {}
     for section in ("scenarios", "large"):
         for name, row in payload.get(section, {}).items():
             for col, why in row["unavailable"].items():
-                if "already a jax.jit" in why:
-                    plain.setdefault(col, set()).add(name)
-                else:
-                    where = f"{name} (large)" if section == "large" else name
-                    lines.append(f"{HEADERS[col]} — {where}: {why}")
-    for col, names in plain.items():
-        lines.append(f"{HEADERS[col]} — {', '.join(sorted(names))}: the step already is a jax.jit, nothing to tune")
-    return lines
+                why = "the step already is a jax.jit, nothing to tune" if "already a jax.jit" in why else why
+                groups.setdefault((col, why), []).append(f"{name} (large)" if section == "large" else name)
+    return [f"{HEADERS[col]} — {', '.join(names)}: {why}" for (col, why), names in groups.items()]
 
 
 def closing_note(payload: Mapping) -> str:
@@ -253,6 +248,12 @@ def summary(payload: Mapping) -> str:
                 f"- JAX / torch {what} ({len(rows)} steps): {_range(plain)} as written, "
                 f"{_range(best)} with the fastest form of each (torch.compile; cached_partial, jit over nnx.split)."
             )
+    failed = sorted({n for sec in ("scenarios", "large") for n, r in payload.get(sec, {}).items()
+                     if r["unavailable"].get("torch_compile", "").split(" ")[0].endswith("Error")})  # fmt: skip
+    if failed:
+        lines.append(
+            f"- torch.compile fails on the steps of {', '.join(f'`{n}`' for n in failed)} (reasons in docs/bench.md)."
+        )
     if "freezing" in payload:
         sv = payload["freezing"]["summary"]
         lines.append(

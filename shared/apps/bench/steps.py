@@ -28,11 +28,19 @@ def overhead(fx: Fixture, repeats: int, target_s: float, deadline: float) -> dic
     return interleaved(steps, repeats, max(target_s, 1e-3), deadline)
 
 
-def step_row(fx: Fixture, variant: str, repeats: int, target_s: float, deadline: float, tune: bool = True) -> dict:
+def step_row(
+    fx: Fixture,
+    variant: str,
+    repeats: int,
+    target_s: float,
+    deadline: float,
+    tune: bool = True,
+    leave_out: Mapping[str, str] | None = None,
+) -> dict:
     """Time one scenario's step (fixture fx, the given variant) in every column; returns its payload row.
 
     tune False (the time budget is spent) leaves the tuned columns out (their compiles cost
-    seconds), with that reason.
+    seconds), with that reason; leave_out: {tuned column: why it is not measured here}.
     Raises what a plain make_step raises (a bad fixture or variant); a tuned step's failure is
     recorded, not raised.
     """
@@ -44,6 +52,9 @@ def step_row(fx: Fixture, variant: str, repeats: int, target_s: float, deadline:
             why = "not compiled: the time budget (--budget) was spent before this step"
             tuned = {col: t if isinstance(t, str) else why for col, t in tuned.items()}
         candidates.update(tuned)
+    for col, why in (leave_out or {}).items():
+        if not isinstance(candidates.get(col, ""), str):
+            candidates[col] = why
     unavailable = {col: c for col, c in candidates.items() if isinstance(c, str)}
     built = {col: c for col, c in candidates.items() if not isinstance(c, str)}
     steps = {col: (c[0] if col in TUNED else c) for col, c in built.items()}
