@@ -1,0 +1,577 @@
+"""Port checker, JAX half: a user's Flax NNX module read in canonical layout, run on a batch, trained K steps.
+
+What it does: the NNX side of `detach-parity check` (shared/apps/check). Canonical leaves
+(torch_impl/_layout.py's rule table, keyed by the torch module's path) become the NNX
+module's own leaves by a second, smaller table keyed by NNX type: most NNX modules already
+hold the canonical layout (nnx.Linear, nnx.Conv, nnx.MultiHeadAttention, nnx.BatchNorm);
+the recurrent cells split or fold gates (nnx.GRUCell, nnx.LSTMCell, nnx.OptimizedLSTMCell,
+nnx.SimpleCell, inside nnx.RNN). Everything compared is keyed by the NNX leaf paths.
+Gradient flow: gradients are taken w.r.t. every nnx.Param (a stop_gradient gives exact
+zeros); the optimizer's `wrt` filter says which leaves train, the rest are frozen: the
+mirror of torch's requires_grad_(False), whose .grad stays None.
+Port note: nnx.GRUCell has no slot for torch's b_hn (P08): it is reported as dropped, never
+silently lost. nnx.LSTMCell keeps one bias per gate where torch keeps b_ih and b_hh: the
+sum carries over (the forward matches), but torch trains both, so a step moves the sum
+twice as far (P09). nnx.Sequential keeps its children under `layers/`: paths are also
+given without it (the alias), as torch's nn.Sequential names them.
+Shapes: canonical per leaf (see torch_impl/_layout.py); B batch rows.
+Reference: Flax NNX docs (nnx.state, nnx.clone, nnx.Optimizer, nnx.DiffState, flax.nnx.nn.recurrent).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jax_impl._common import numerics
+
+__all__ = [
+    "knobs",
+    "worked_port",
+    "check_model",
+    "copy_model",
+    "structure",
+    "to_native",
+    "read",
+    "native",
+    "load",
+    "run_loss",
+    "train",
+]
+
+_STATE = nnx.Any(nnx.Param, nnx.BatchStat)
+# the checker calls each compiled function a few times: compile time dominates, so XLA's cheapest level
+_FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+_KNOBS = {
+    "matmul_default": "JAX's default matmul precision instead of 'highest' (P16: bfloat16 / TF32 passes)",
+    "attention_full_precision": "jax.nn.dot_product_attention with its softmax in the inputs' dtype, not float32 (P16)",
+}
+
+
+def knobs() -> dict[str, str]:
+    """The counterfactuals `run_loss` / `train` can apply here: name -> what changes (no matmul_default on
+    a CPU, where JAX computes float32 matmuls in full float32 whatever the precision setting)."""
+    on_cpu = jax.default_backend() == "cpu"
+    return {k: v for k, v in _KNOBS.items() if not (on_cpu and k == "matmul_default")}
+
+
+def worked_port(name: str):
+    """The worked port `jax_impl.ports.<name>` (correct NNX port and its buggy variants).
+
+    Raises ValueError for a name that is not a module of jax_impl/ports.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"worked_port: name expected a module name, got {name!r}")
+    try:
+        return importlib.import_module(f"jax_impl.ports.{name}")
+    except ModuleNotFoundError:
+        raise ValueError(f"worked_port: no module jax_impl.ports.{name}") from None
+
+
+def _key(path) -> str:
+    return "/".join(map(str, path))
+
+
+def check_model(model) -> None:
+    """Raise ValueError unless `model` is an nnx.Module whose forward is deterministic (no live dropout)."""
+    if not isinstance(model, nnx.Module):
+        raise ValueError(f"jax_model: expected a flax.nnx.Module, got {type(model).__name__}")
+    for path, sub in nnx.iter_modules(model):
+        rate = getattr(sub, "dropout_rate", getattr(sub, "rate", 0.0)) if isinstance(sub, nnx.Dropout) else 0.0
+        if isinstance(sub, nnx.MultiHeadAttention):
+            rate = sub.dropout_rate
+        if rate and not getattr(sub, "deterministic", False):
+            raise ValueError(
+                f"jax_model: {type(sub).__name__} at {_key(path) or '(model)'} has dropout rate {rate} and is not "
+                "deterministic: compare in eval mode (model.eval()) or pass the same masks to both models"
+            )
+
+
+def copy_model(model, dtype: str):
+    """An nnx.clone of `model` in `dtype` (the caller's untouched).
+
+    Every floating nnx.Param / nnx.BatchStat is cast, and so are the modules' `param_dtype` and a
+    floating `dtype` (nnx.GRUCell makes its carry in param_dtype; a computation dtype of float32
+    would otherwise make the float64 pass a float32 one).
+    """
+    with numerics(dtype):
+        twin = nnx.clone(model)
+        for _, sub in nnx.iter_modules(twin):
+            for attr in ("param_dtype", "dtype"):
+                value = getattr(sub, attr, None)
+                if value is not None and jnp.issubdtype(value, jnp.floating):
+                    setattr(sub, attr, jnp.dtype(dtype))
+        state = nnx.state(twin, _STATE)
+        for _, var in state.flat_state():
+            value = var.get_value()
+            if jnp.issubdtype(value.dtype, jnp.floating):
+                var.set_value(jnp.asarray(np.asarray(value, dtype=dtype)))  # cast in numpy: no XLA compile per shape
+        nnx.update(twin, state)
+    return twin
+
+
+def _sequential_alias(modules: dict[tuple, nnx.Module]) -> Callable[[tuple], tuple]:
+    seqs = {p for p, m in modules.items() if isinstance(m, nnx.Sequential)}
+
+    def alias(path: tuple) -> tuple:
+        out = []
+        for i, part in enumerate(path):
+            if part == "layers" and tuple(path[:i]) in seqs:
+                continue  # nnx.Sequential keeps its children in `layers`; torch's nn.Sequential names them directly
+            out.append(part)
+        return tuple(out)
+
+    return alias
+
+
+def _config(m: nnx.Module) -> dict:
+    names = ("epsilon", "momentum", "num_heads", "num_groups", "strides", "padding", "kernel_dilation")
+    cfg = {n: getattr(m, n) for n in names if isinstance(getattr(m, n, None), int | float | str | tuple)}
+    if isinstance(m, nnx.Conv):
+        cfg["feature_group_count"] = m.feature_group_count
+    if isinstance(m, nnx.BatchNorm | nnx.Dropout):
+        cfg["use_running_average"] = getattr(m, "use_running_average", None)
+    return cfg
+
+
+def structure(model) -> dict:
+    """The module tree and its state leaves.
+
+    Returns {"modules": [{"path", "alias", "type", "config"}], "variables": {path: {"alias", "shape", "kind"}}},
+    paths '/'-joined (root ""), `alias` without nnx.Sequential's `layers/`, kind "param" | "batch_stat".
+    """
+    modules = dict(nnx.iter_modules(model))
+    alias = _sequential_alias(modules)
+    mods = [
+        {"path": _key(p), "alias": _key(alias(p)), "type": type(m).__name__, "config": _config(m)}
+        for p, m in modules.items()
+    ]
+    variables = {
+        _key(p): {
+            "alias": _key(alias(p)),
+            "shape": tuple(v.get_value().shape),
+            "kind": "batch_stat" if isinstance(v, nnx.BatchStat) else "param",
+        }
+        for p, v in nnx.state(model, _STATE).flat_state()
+    }
+    return {"modules": mods, "variables": variables}
+
+
+# --- canonical <-> NNX leaves, by NNX type: (module, canonical, grad) -> (leaves, sources, dropped) -------------
+
+
+def _blocks(a: np.ndarray, n: int) -> list[np.ndarray]:
+    return np.split(np.asarray(a), n, axis=-1)
+
+
+def _need(c: Mapping, names: tuple[str, ...], kind: str) -> None:
+    missing = [n for n in names if n not in c]
+    if missing:
+        raise ValueError(f"{kind}: canonical leaves {missing} missing (given {sorted(c)}): no rule maps them")
+
+
+def _fold(c: Mapping, grad: bool) -> np.ndarray:
+    # torch's two biases act as their sum; a gradient reaches both equally, so either one is the folded leaf's
+    return np.asarray(c["ih/bias"]) if grad else np.asarray(c["ih/bias"]) + np.asarray(c["hh/bias"])
+
+
+def _gru_cell(m, c, grad):
+    _need(c, ("ih/kernel", "ih/bias", "hh/kernel", "hh/bias"), "nnx.GRUCell")
+    h = m.hidden_features
+    b_hn = np.asarray(c["hh/bias"])[2 * h :]
+    bias = np.asarray(c["ih/bias"]) + (0 if grad else np.concatenate([np.asarray(c["hh/bias"])[: 2 * h], 0 * b_hn]))
+    leaves = {"dense_i/kernel": c["ih/kernel"], "dense_i/bias": bias, "dense_h/kernel": c["hh/kernel"]}
+    sources = {"dense_i/kernel": ["ih/kernel"], "dense_i/bias": ["ih/bias", "hh/bias"], "dense_h/kernel": ["hh/kernel"]}
+    dropped = {}
+    if grad or np.any(b_hn != 0):
+        what = "its gradient" if grad else f"max |b_hn| = {np.max(np.abs(b_hn)):.3g}"
+        dropped["hh/bias"] = f"b_hn = hh/bias[{2 * h}:{3 * h}] ({what}) has no place in nnx.GRUCell (P08)"
+    return leaves, sources, dropped
+
+
+def _gru_cell_back(m, n):
+    h = m.hidden_features
+    return {
+        "ih/kernel": n["dense_i/kernel"],
+        "ih/bias": n["dense_i/bias"],
+        "hh/kernel": n["dense_h/kernel"],
+        "hh/bias": np.zeros(3 * h, n["dense_i/bias"].dtype),
+    }
+
+
+_LSTM_I, _LSTM_H = ("ii", "if_", "ig", "io"), ("hi", "hf", "hg", "ho")  # gates i | f | g | o, as torch
+
+
+def _lstm_cell(m, c, grad):
+    _need(c, ("ih/kernel", "ih/bias", "hh/kernel", "hh/bias"), "nnx.LSTMCell")
+    leaves, sources = {}, {}
+    for gi, gh, ki, kh, b in zip(
+        _LSTM_I,
+        _LSTM_H,
+        _blocks(c["ih/kernel"], 4),
+        _blocks(c["hh/kernel"], 4),
+        _blocks(_fold(c, grad), 4),
+        strict=True,
+    ):
+        leaves.update({f"{gi}/kernel": ki, f"{gh}/kernel": kh, f"{gh}/bias": b})
+        sources.update(
+            {f"{gi}/kernel": ["ih/kernel"], f"{gh}/kernel": ["hh/kernel"], f"{gh}/bias": ["ih/bias", "hh/bias"]}
+        )
+    return leaves, sources, {}
+
+
+def _lstm_cell_back(m, n):
+    bias = np.concatenate([n[f"{g}/bias"] for g in _LSTM_H])
+    return {
+        "ih/kernel": np.concatenate([n[f"{g}/kernel"] for g in _LSTM_I], axis=-1),
+        "ih/bias": bias,
+        "hh/kernel": np.concatenate([n[f"{g}/kernel"] for g in _LSTM_H], axis=-1),
+        "hh/bias": np.zeros_like(bias),
+    }
+
+
+def _fused_cell(biased: str):
+    # nnx.OptimizedLSTMCell (bias on dense_h) and nnx.SimpleCell (bias on dense_i): fused gates, one folded bias
+    def to(m, c, grad):
+        _need(c, ("ih/kernel", "ih/bias", "hh/kernel", "hh/bias"), "fused nnx cell")
+        leaves = {"dense_i/kernel": c["ih/kernel"], "dense_h/kernel": c["hh/kernel"], f"{biased}/bias": _fold(c, grad)}
+        sources = {
+            "dense_i/kernel": ["ih/kernel"],
+            "dense_h/kernel": ["hh/kernel"],
+            f"{biased}/bias": ["ih/bias", "hh/bias"],
+        }
+        return leaves, sources, {}
+
+    def back(m, n):
+        b = n[f"{biased}/bias"]
+        return {"ih/kernel": n["dense_i/kernel"], "ih/bias": b, "hh/kernel": n["dense_h/kernel"], "hh/bias": 0 * b}
+
+    return to, back
+
+
+def _conv_transpose(m, c, grad):
+    kernel = np.asarray(c["kernel"])
+    if m.transpose_kernel:  # kernel [kh, kw, out, in], applied as the gradient of a conv: torch's own layout, unflipped
+        kernel = np.swapaxes(kernel[::-1, ::-1], -1, -2)
+    leaves = {**c, "kernel": kernel}
+    return leaves, {k: [k] for k in leaves}, {}
+
+
+def _conv_transpose_back(m, n):
+    kernel = np.asarray(n["kernel"])
+    return {**n, "kernel": np.swapaxes(kernel, -1, -2)[::-1, ::-1] if m.transpose_kernel else kernel}
+
+
+def _identity(m, c, grad):
+    return dict(c), {k: [k] for k in c}, {}
+
+
+_RULES: dict[type, tuple[Callable, Callable]] = {
+    nnx.GRUCell: (_gru_cell, _gru_cell_back),
+    nnx.LSTMCell: (_lstm_cell, _lstm_cell_back),
+    nnx.OptimizedLSTMCell: _fused_cell("dense_h"),
+    nnx.SimpleCell: _fused_cell("dense_i"),
+    nnx.ConvTranspose: (_conv_transpose, _conv_transpose_back),
+}
+
+
+def _unit_rule(module) -> tuple[str, Callable, Callable, nnx.Module]:
+    """(prefix, to, back, module the rule applies to): nnx.RNN hands its leaves to its cell."""
+    prefix = ""
+    while isinstance(module, nnx.RNN):
+        prefix, module = f"{prefix}cell/", module.cell
+    to, back = _RULES.get(type(module), (_identity, lambda m, n: dict(n)))
+    return prefix, to, back, module
+
+
+def _module_at(model, path: str):
+    node = model
+    for part in path.split("/") if path else ():
+        node = node[int(part)] if isinstance(node, nnx.List | list | tuple) and part.isdigit() else getattr(node, part)
+    return node
+
+
+def to_native(model, canonical: Mapping[str, Mapping[str, np.ndarray]], grad: bool = False) -> tuple[dict, dict, dict]:
+    """Canonical leaves per NNX unit path -> NNX leaves, without writing.
+
+    Args:
+      canonical: {NNX module path (real, '/'): {canonical leaf: array}}, the torch units matched there.
+      grad: map gradients (a folded bias takes one of torch's two equal bias gradients) instead of values.
+    Returns:
+      (leaves {NNX path: array}, sources {NNX path: [unit/leaf canonical keys]}, dropped {unit/leaf: why}).
+    Raises:
+      ValueError: a unit path is not a module, a leaf is missing, or a shape differs (names both shapes).
+    """
+    state = {_key(p): v.get_value() for p, v in nnx.state(model, _STATE).flat_state()}
+    leaves, sources, dropped = {}, {}, {}
+    for unit, canon in canonical.items():
+        try:
+            module = _module_at(model, unit)
+        except (AttributeError, IndexError, KeyError, TypeError):
+            raise ValueError(f"jax_model: no module at {unit!r}") from None
+        prefix, to, _, cell = _unit_rule(module)
+        out, src, drop = to(cell, {k: np.asarray(v) for k, v in canon.items()}, grad)
+        head = f"{unit}/{prefix}" if unit else prefix
+        for rel, value in out.items():
+            path = f"{head}{rel}"
+            if path not in state:
+                raise ValueError(
+                    f"jax_model: {type(cell).__name__} at {unit or '(model)'!r} has no leaf {prefix}{rel!r} "
+                    f"for canonical {src[rel]} (its leaves: {sorted(k for k in state if k.startswith(head))})"
+                )
+            if tuple(np.shape(value)) != tuple(state[path].shape):
+                raise ValueError(
+                    f"jax_model: {path!r} has shape {tuple(state[path].shape)}, the torch weights give "
+                    f"{tuple(np.shape(value))} (canonical {src[rel]}): no layout rule explains it"
+                )
+            leaves[path] = np.asarray(value)
+            sources[path] = [f"{unit}/{s}" if unit else s for s in src[rel]]
+        dropped.update({f"{unit}/{k}" if unit else k: why for k, why in drop.items()})
+    return leaves, sources, dropped
+
+
+def read(model, units: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """The NNX leaves under each unit path in canonical layout (the reverse direction, NNX -> torch).
+
+    A folded bias comes back whole in `ih/bias` (and zeros in `hh/bias`): the same function in torch.
+    """
+    state = native(model)
+    out = {}
+    for unit in units:
+        prefix, _, back, cell = _unit_rule(_module_at(model, unit))
+        head = f"{unit}/{prefix}" if unit else prefix
+        out[unit] = back(cell, {k[len(head) :]: v for k, v in state.items() if k.startswith(head)})
+    return out
+
+
+def native(model) -> dict[str, np.ndarray]:
+    """Every nnx.Param and nnx.BatchStat of `model` as numpy, keyed by its '/'-joined path."""
+    return {_key(p): np.asarray(jax.device_get(v.get_value())) for p, v in nnx.state(model, _STATE).flat_state()}
+
+
+def load(model, canonical: Mapping[str, Mapping[str, np.ndarray]], strict: bool = True) -> dict[str, str]:
+    """Write canonical leaves (per unit path) into `model`'s own leaves, in place, in the leaves' dtypes.
+
+    Returns the dropped quantities (unit/leaf -> why): empty, or with strict=False what has no place
+    (b_hn in an nnx.GRUCell). Raises ValueError as to_native, or for a dropped quantity when strict.
+    """
+    leaves, _, dropped = to_native(model, canonical)
+    if strict and dropped:
+        raise ValueError(f"jax_model: torch weights with no place in the NNX model: {dropped}")
+    state = nnx.state(model, _STATE)
+    wide = any(v.get_value().dtype == jnp.float64 for _, v in state.flat_state())
+    with numerics("float64" if wide else "float32"):  # a float64 model keeps its float64 leaves
+        for path, var in state.flat_state():
+            key = _key(path)
+            if key in leaves:
+                var.set_value(jnp.asarray(np.asarray(leaves[key], dtype=var.get_value().dtype)))
+        nnx.update(model, state)
+    return dropped
+
+
+@contextlib.contextmanager
+def _knob(name: str | None) -> Iterator[None]:
+    if name is None:
+        yield
+    elif name == "matmul_default":
+        with jax.default_matmul_precision("default"):
+            yield
+    elif name == "attention_full_precision":
+        original = jax.nn.dot_product_attention
+        jax.nn.dot_product_attention = _attention  # nnx.dot_product_attention calls it through jax.nn
+        try:
+            yield
+        finally:
+            jax.nn.dot_product_attention = original
+    else:
+        raise ValueError(f"knob expected one of {sorted(_KNOBS)} or None, got {name!r}")
+
+
+def _attention(query, key, value, bias=None, mask=None, *, is_causal=False, scale=None, **_):
+    # jax.nn.dot_product_attention's maths with the softmax in the inputs' dtype (it always takes float32)
+    logits = jnp.einsum("btnh,bsnh->bnts", query, key) * (scale or 1 / np.sqrt(query.shape[-1]))
+    if bias is not None:
+        logits = logits + bias
+    if is_causal:
+        mask = (
+            jnp.tril(jnp.ones(logits.shape[-2:], bool))
+            if mask is None
+            else mask & jnp.tril(jnp.ones(logits.shape[-2:], bool))
+        )
+    if mask is not None:
+        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+    return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1), value)
+
+
+def _leaves(tree, top) -> list[jax.Array]:
+    # eager (top None): concrete arrays; under jit: tracers of the jitted function itself, not of a scan inside it
+    keep = (
+        (lambda x: not isinstance(x, jax.core.Tracer)) if top is None else (lambda x: getattr(x, "_trace", None) is top)
+    )
+    return [x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array) and keep(x)]
+
+
+@contextlib.contextmanager
+def _recording(model, outputs: dict[str, list], top=None) -> Iterator[None]:
+    # NNX has no forward hooks and nnx.capture cannot record inside nnx.RNN's scan: wrap each module
+    # class's __call__ for the duration of one forward, recording the instances of this model only
+    modules = dict(nnx.iter_modules(model))
+    alias = _sequential_alias(modules)
+    names = {id(m): _key(alias(p)) for p, m in modules.items()}
+    classes = {type(m) for m in modules.values()}
+    found = {
+        cls: next((c.__dict__["__call__"] for c in cls.__mro__ if "__call__" in c.__dict__), None) for cls in classes
+    }
+    originals = {cls: call for cls, call in found.items() if call is not None}  # containers (nnx.List) are not called
+    own = {cls: "__call__" in cls.__dict__ for cls in classes}
+
+    def wrap(call):
+        def recorded(self, *args, **kwargs):
+            out = call(self, *args, **kwargs)
+            if id(self) in names:
+                arrays = _leaves(out, top)
+                if arrays:  # the steps of a scan inside are not recorded
+                    outputs.setdefault(names[id(self)], []).append(arrays)
+            return out
+
+        return recorded
+
+    try:
+        for cls, call in originals.items():
+            cls.__call__ = wrap(call)
+        yield
+    finally:
+        for cls, call in originals.items():
+            if own[cls]:
+                cls.__call__ = call
+            else:
+                del cls.__call__
+
+
+def _scalar(loss, name: str) -> jax.Array:
+    if not isinstance(loss, jax.Array) or loss.size != 1:
+        raise ValueError(f"{name}: expected a scalar jax.Array, got {type(loss).__name__} of shape {np.shape(loss)}")
+    if not jnp.issubdtype(loss.dtype, jnp.floating):
+        raise ValueError(f"{name}: expected a floating scalar, got dtype {loss.dtype}")
+    return loss.reshape(())
+
+
+def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+
+
+def _call(fn: Callable, model, batch, name: str):
+    try:
+        return fn(model, batch)
+    except Exception as exc:
+        shapes = {k: (tuple(v.shape), str(v.dtype)) for k, v in batch.items()}
+        raise ValueError(f"{name}(model, batch) raised {type(exc).__name__}: {exc} (batch: {shapes})") from exc
+
+
+def _jit_or_eager(fn: Callable, *args):
+    """fn jitted (one compile instead of one per operation); eagerly if the user's code cannot be traced."""
+    try:
+        return jax.jit(fn, compiler_options=_FAST)(*args)
+    except (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.TracerArrayConversionError,
+    ):
+        return fn(*args)
+
+
+def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, wrt=nnx.Param, knob=None) -> dict:
+    """One forward with every submodule's output recorded, then the loss and its gradient (each jitted).
+
+    Args:
+      batch: numpy arrays, already in `dtype`; loss_fn(model, batch) -> scalar.
+      wrt: the NNX filter of the trainable leaves (the optimizer's); the gradient is taken w.r.t.
+        every nnx.Param anyway, so that a stopped leaf shows exact zeros.
+    Returns:
+      {"loss": 0-d array, "outputs": {alias path: [[arrays] per call]}, "grads": {NNX path: array},
+       "trainable": {NNX path: bool}}. The model's BatchStats are updated once, as torch's buffers.
+    Raises:
+      ValueError: the loss raised, is not a scalar, or is not reproducible (random in the forward).
+    """
+    with numerics(dtype), _knob(knob):
+        b = _batch(batch)
+        graphdef, state = nnx.split(model)
+
+        def forward_and_gradient(state, b):
+            # one compile: the recorded forward runs on its own copy, the gradient's updates the BatchStats once
+            probe, outputs = nnx.merge(graphdef, state), {}
+            leaf = jax.tree.leaves(b)[0]
+            with _recording(
+                probe, outputs, getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None
+            ):
+                first = _scalar(loss_fn(probe, b), "jax_loss")
+            m = nnx.merge(graphdef, state)
+            loss, grads = nnx.value_and_grad(lambda m: _scalar(loss_fn(m, b), "jax_loss"))(m)
+            return first, outputs, loss, grads, nnx.state(m)
+
+        first, outputs, loss, grads, after = _call(
+            lambda m, b: _jit_or_eager(forward_and_gradient, state, b), model, b, "jax_loss"
+        )
+        nnx.update(model, after)  # the BatchStats the forward updated, as torch's buffers
+        if not np.allclose(np.asarray(first), np.asarray(loss), rtol=1e-6, atol=0, equal_nan=True):
+            raise ValueError(f"jax_loss: two calls gave {float(first)!r} and {float(loss)!r}: random in the forward?")
+        trainable = {_key(p) for p, _ in nnx.state(model, wrt).flat_state()}
+        grads = {_key(p): np.asarray(v.get_value()) for p, v in grads.flat_state()}
+        return {
+            "loss": np.asarray(loss),
+            "outputs": {k: [[np.asarray(a) for a in call] for call in v] for k, v in outputs.items()},
+            "grads": grads,
+            "trainable": {k: k in trainable for k in grads},
+        }
+
+
+def train(
+    model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, optimizer=None, step=None, k=5, knob=None
+) -> list[dict]:
+    """K training steps on one batch; per step the loss (before the update) and every leaf after it.
+
+    Args:
+      optimizer: an optax.GradientTransformation, or (transformation, NNX filter of the trainable
+        leaves): nnx.Optimizer(model, tx, wrt=filter); frozen leaves get no gradient and no update.
+      step: instead, the user's step(model, batch) -> loss (several optimizers, a target update).
+    Returns:
+      [{"loss": 0-d array, "values": {NNX path: array}}] * k.
+    """
+    with numerics(dtype), _knob(knob):
+        b = _batch(batch)
+        name = "jax_step" if step is not None else "jax_loss"
+        if step is None:
+            pair = isinstance(optimizer, tuple) and not isinstance(optimizer, optax.GradientTransformation)
+            tx, wrt = optimizer if pair else (optimizer, nnx.Param)
+            if not isinstance(tx, optax.GradientTransformation):
+                raise ValueError(f"jax_optimizer: expected an optax.GradientTransformation, got {type(tx).__name__}")
+            # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
+            opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
+            graphdef, state = nnx.split((model, opt))
+
+            @functools.partial(jax.jit, compiler_options=_FAST)
+            def update(state, batch):
+                m, o = nnx.merge(graphdef, state)
+                # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
+                loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt))(m, batch)
+                o.update(m, grads)
+                return loss, nnx.state((m, o))
+
+            def step(m, batch):
+                loss, after = update(nnx.state((m, opt)), batch)
+                nnx.update((m, opt), after)
+                return loss
+
+        out = []
+        for _ in range(k):
+            loss = _scalar(_call(step, model, b, name), name)
+            out.append({"loss": np.asarray(loss), "values": native(model)})
+        return out

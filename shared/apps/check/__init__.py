@@ -1,0 +1,112 @@
+"""`detach-parity check`: check your own torch -> Flax NNX port (weights, outputs, gradients, steps, the bug named).
+
+    from shared.apps.check import check_port, assert_port_matches, transfer_weights
+
+One implementation under three surfaces: `check_port(...) -> PortReport` (checker.py), the
+pytest helper `assert_port_matches(...)` (fails with the report as its message), and
+`detach-parity check FILE.py` (cli.py). `transfer_weights` / `transfer_back` copy weights
+across by the rule tables (torch_impl/_layout.py, jax_impl/port.py), in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from shared.apps.check.checker import check_port
+from shared.apps.check.compare import STEP_TOLERANCE, TOLERANCE
+from shared.apps.check.match import PortInputError, plan
+from shared.apps.check.report import Hint, PortMismatch, PortReport
+from shared.core.runner import impl
+
+__all__ = [
+    "TOLERANCE",
+    "STEP_TOLERANCE",
+    "PortInputError",
+    "PortMismatch",
+    "PortReport",
+    "Hint",
+    "check_port",
+    "assert_port_matches",
+    "transfer_weights",
+    "transfer_back",
+    "bench_one_million",
+]
+
+
+def assert_port_matches(torch_model, jax_model, batch, **kwargs) -> PortReport:
+    """check_port, for a test: returns the report when the port matches, else raises PortMismatch(report.table())."""
+    report = check_port(torch_model, jax_model, batch, **kwargs)
+    if not report.ok:
+        raise PortMismatch("\n" + report.table())
+    return report
+
+
+def _plan(torch_model, jax_model, mapping):
+    T, J = impl("torch", "port"), impl("jax", "port")
+    try:
+        return T, J, plan(T.structure(torch_model), J.structure(jax_model), mapping)
+    except ValueError as exc:
+        raise PortInputError(str(exc)) from None
+
+
+def transfer_weights(torch_model, jax_model, mapping: Mapping[str, str] | None = None) -> None:
+    """Copy a torch module's parameters and buffers into an NNX module, in place (its dtypes kept).
+
+    Raises PortInputError: names or shapes that no rule pairs (listed), an NNX leaf no torch
+    weight reaches, or a torch weight with no place in the NNX model (b_hn in an nnx.GRUCell, P08).
+    """
+    T, J, pl = _plan(torch_model, jax_model, mapping)
+    values = pl.to_jax(T.read(torch_model))
+    try:
+        leaves, _, _ = J.to_native(jax_model, values)
+        left = sorted(set(J.structure(jax_model)["variables"]) - set(leaves))
+        if left:
+            raise ValueError(f"NNX leaves no torch parameter reaches: {left}")
+        J.load(jax_model, values, strict=True)
+    except ValueError as exc:
+        raise PortInputError(f"transfer_weights: {exc}") from None
+
+
+def transfer_back(jax_model, torch_model, mapping: Mapping[str, str] | None = None) -> None:
+    """Copy an NNX module's leaves into a torch module, in place: the reverse of transfer_weights.
+
+    A folded bias (nnx.LSTMCell's one bias per gate) comes back whole in torch's bias_ih and as
+    zeros in bias_hh: the same function. Raises PortInputError as transfer_weights.
+    """
+    T, J, pl = _plan(torch_model, jax_model, mapping)
+    units = sorted({ju for ju, _ in pl.pairs.values()})
+    try:
+        canon = J.read(jax_model, units)
+        back: dict[str, dict] = {}
+        for (tu, tl), (ju, jl) in pl.pairs.items():
+            back.setdefault(tu, {})[tl] = canon[ju][jl]
+        T.load(torch_model, back)
+    except (KeyError, ValueError) as exc:
+        raise PortInputError(f"transfer_back: {exc}") from None
+
+
+def bench_one_million(steps: int = 5) -> dict:
+    """Check the 1 M-parameter worked transformer port (float64 + float32 + K steps); its timings.
+
+    For the bench (shared/apps/bench): returns {"parameters", "seconds" per stage, "ok"}.
+    """
+    import time
+
+    T, J = impl("torch", "port").worked_port("transformer"), impl("jax", "port").worked_port("transformer")
+    case = T.case(size="1m")
+    start = time.perf_counter()
+    report = check_port(
+        case["torch_model"],
+        J.port(case["torch_model"], "correct"),
+        case["batch"],
+        torch_loss=T.loss,
+        jax_loss=J.loss,
+        torch_optimizer=T.optimizer,
+        jax_optimizer=J.optimizer("correct"),
+        steps=steps,
+    )
+    return {
+        "parameters": case["parameters"],
+        "seconds": {**report.seconds, "wall": time.perf_counter() - start},
+        "ok": report.ok,
+    }

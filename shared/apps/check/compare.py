@@ -1,0 +1,116 @@
+"""The comparisons of one pass (one dtype): JAX against torch, leaf by leaf, in the order of the check.
+
+`Pass` holds what one dtype produced, already in the NNX layout (the port's canonical keys);
+`rows_of` turns it into Rows with shared/core/parity.py's comparator: weights, the output of every
+submodule in call order (torch's channels-first activations moved to NNX's channels-last where
+that is the only difference), the loss, every gradient, then each step's loss and leaves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shared.apps.check.match import Plan, translate
+from shared.apps.check.report import Row
+from shared.core.parity import TOLERANCES, Tolerance, compare
+
+__all__ = ["TOLERANCE", "STEP_TOLERANCE", "Pass", "rows_of"]
+
+# float64: the package's parity bound (a bug, not rounding); float32: the noise of a deep float32 forward.
+# Steps are held to the model's parameter scale, not each leaf's: a leaf whose gradient vanishes in exact
+# arithmetic (an attention key bias, a bias before BatchNorm) gets rounding noise as its gradient, and Adam
+# turns noise into updates of up to lr; in float64 that stays near 1e-12, in float32 near lr.
+TOLERANCE = {"float64": TOLERANCES["float64"]["parity"], "float32": Tolerance(rtol=2e-4, atol=1e-6)}
+STEP_TOLERANCE = {"float64": TOLERANCES["float64"]["parity"], "float32": Tolerance(rtol=5e-3, atol=1e-6)}
+
+
+def _row(dtype, section, key, torch_name, jax_value, torch_value, tol, step=None, scale=None) -> Row:
+    if scale is not None:  # a bound at the model's scale: atol + rtol * max(scale, max|torch|)
+        tol = Tolerance(rtol=tol.rtol, atol=tol.atol + tol.rtol * scale)
+    comp = compare(
+        {key: jax_value}, {key: torch_value}, tol, label=section, names=("jax", "torch"), nonfinite_ok=("*",)
+    )
+    if comp.leaves:
+        leaf = comp.leaves[0]
+        return Row(dtype, section, key, torch_name, leaf.max_abs, leaf.max_rel, leaf.bound, comp.ok, step,
+                   "; ".join(comp.problems))  # fmt: skip
+    nan = float("nan")
+    return Row(dtype, section, key, torch_name, nan, nan, nan, False, step, "; ".join(comp.problems))
+
+
+def _moved(t: np.ndarray, shape: tuple) -> np.ndarray | None:
+    if t.shape == shape:
+        return t
+    if t.ndim >= 3 and np.moveaxis(t, 1, -1).shape == shape:  # torch channels first, NNX channels last
+        return np.moveaxis(t, 1, -1)
+    return None
+
+
+@dataclass
+class Pass:
+    """Everything one dtype produced, for the rows and the diagnosis (arrays in NNX layout)."""
+
+    dtype: str
+    expected: dict = field(default_factory=dict)  # weights from torch, NNX layout
+    actual: dict = field(default_factory=dict)  # weights in the NNX model
+    sources: dict = field(default_factory=dict)  # NNX key -> canonical keys (nnx unit/leaf)
+    torch: dict = field(default_factory=dict)  # run_loss of torch, grads in NNX layout
+    jax: dict = field(default_factory=dict)
+    torch_none: set = field(default_factory=set)  # NNX keys whose torch .grad were all None
+    torch_steps: list = field(default_factory=list)  # [{"loss", "values" NNX layout}]
+    jax_steps: list = field(default_factory=list)
+    dropped: dict = field(default_factory=dict)
+    replay: Callable | None = None
+    values: dict = field(default_factory=dict)  # (section, step, key) -> (jax array, torch array)
+
+
+def rows_of(p: Pass, pl: Plan, transfer: bool) -> list[Row]:
+    """Every comparison of one pass, in the order of the check (weights, outputs, loss, grads, steps)."""
+    tol, dt, rows = TOLERANCE[p.dtype], p.dtype, []
+
+    scale = max((float(np.max(np.abs(v))) for v in p.expected.values() if np.size(v)), default=0.0)
+
+    def add(section, key, torch_name, j, t, step=None) -> None:
+        p.values[(section, step, key)] = (np.asarray(j), np.asarray(t))
+        if section == "steps" and key != "loss":
+            rows.append(_row(dt, section, key, torch_name, j, t, STEP_TOLERANCE[dt], step, scale))
+        else:
+            rows.append(_row(dt, section, key, torch_name, j, t, tol, step))
+
+    def name(key: str) -> str:
+        return pl.torch_name(p.sources.get(key, [key]))
+
+    for key in p.expected:
+        if key in p.actual:
+            add("weights", key, name(key), p.actual[key], p.expected[key])
+    jout = p.jax["outputs"]
+    for tpath, calls in p.torch["outputs"].items():
+        alias = translate(tpath.replace("/", "."), pl.mapping)
+        if alias not in jout:
+            continue
+        for i, (ta, ja) in enumerate(zip(calls, jout[alias], strict=False)):
+            used: set[int] = set()
+            for n, t in enumerate(ta):
+                for m, j in enumerate(ja):
+                    moved = None if m in used else _moved(t, j.shape)
+                    if moved is not None:
+                        used.add(m)
+                        suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
+                        add("outputs", f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", j, moved)
+                        break
+    add("loss", "loss", "torch_loss", p.jax["loss"], p.torch["loss"])
+    tg = p.torch["grads_native"]
+    for key, g in p.jax["grads"].items():
+        if key in p.torch_none and not p.jax["trainable"].get(key, True):
+            continue  # frozen on both sides (torch None, outside JAX's wrt): the flow diff's business, no gradient to compare
+        if key in tg:
+            add("grads", key, name(key), g, tg[key])
+    for s, (ts, js) in enumerate(zip(p.torch_steps, p.jax_steps, strict=True), start=1):
+        add("steps", "loss", "torch_loss", js["loss"], ts["loss"], s)
+        for key, v in js["values"].items():
+            if key in ts["values"]:
+                add("steps", key, name(key), v, ts["values"][key], s)
+    return rows

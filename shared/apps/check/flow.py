@@ -1,0 +1,89 @@
+"""The gradient-flow diff: for every parameter, on each side, does its gradient flow, stop or not exist?
+
+torch: "flows" (a non-zero .grad), "zero" (a .grad of exact zeros: a stop), "None (requires_grad
+False)" (frozen) or "None (no path)" (the loss never reaches it, or only through detached values).
+JAX: "flows", "zero" (stop_gradient gives exact zeros), "absent (outside wrt)" (the optimizer's
+filter leaves it out: frozen), "NaN". The update is looked at too: a leaf JAX moves while its
+gradient is zero is weight decay on a frozen leaf. Every mismatch is said in words, grouped by
+the module prefix they share (`encoder/*`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shared.apps.check.report import FlowLine
+
+__all__ = ["state", "diff"]
+
+
+def state(g: np.ndarray | None, trainable: bool, side: str) -> str:
+    """The flow state of one gradient (None: torch's .grad was None)."""
+    if g is None:
+        return "None (no path)" if trainable else "None (requires_grad False)"
+    if side == "jax" and not trainable:
+        return "absent (outside wrt)"
+    g = np.asarray(g)
+    if not np.all(np.isfinite(g)):
+        return "NaN"
+    return "zero" if np.all(g == 0) else "flows"
+
+
+def _sentence(t: str, j: str, moved_j: bool, moved_t: bool) -> tuple[str, bool]:
+    if t.startswith("None (requires_grad") and j == "flows":
+        return "torch None (requires_grad False), JAX non-zero: the JAX port neither stops nor freezes it", True
+    if t.startswith("None (no path") and j == "flows":
+        return "torch None (no path from the loss), JAX non-zero: the JAX port is missing a stop_gradient", True
+    if t == "zero" and j == "flows":
+        return "torch exact zeros, JAX non-zero: the JAX port is missing a stop_gradient", True
+    if t == "flows" and j == "zero":
+        return "torch non-zero, JAX exact zeros: the JAX port stops a gradient torch lets through", True
+    if t == "flows" and j.startswith("absent"):
+        return "torch trains it, JAX leaves it out of the optimizer (wrt): frozen in JAX only", True
+    if "NaN" in (t, j) and t != j:
+        return f"torch {t}, JAX {j}: a NaN gradient on one side only", True
+    if t != "flows" and j != "flows" and moved_j and not moved_t:
+        return f"torch {t}, JAX {j} but moved by the update: weight decay on a frozen leaf", True
+    if t.startswith("None") and j == "zero":
+        return "torch None, JAX exact zeros: the same gradient, spelled differently (P11)", False
+    return "", False
+
+
+def _group(keys: list[str], everything: list[str]) -> list[str]:
+    """Keys compressed to `prefix/*` where every parameter under the prefix is in `keys`."""
+    chosen, members = [], set(keys)
+    for key in keys:
+        parts = key.split("/")
+        for n in range(1, len(parts)):
+            prefix = "/".join(parts[:n])
+            under = [k for k in everything if k.startswith(f"{prefix}/")]
+            if under and all(k in members for k in under):
+                chosen.append(f"{prefix}/*")
+                break
+        else:
+            chosen.append(key)
+    return list(dict.fromkeys(chosen))
+
+
+def diff(p, plan) -> list[FlowLine]:
+    """FlowLines of a float64 Pass (checker.Pass): the mismatches, then the agreements worth a word."""
+    tg, sources = p.torch["grads_native"], p.torch["grad_sources"]
+    trainable_t = {f"{u}/{leaf}".lstrip("/"): v for u, g in p.torch["trainable"].items() for leaf, v in g.items()}
+    facts: dict[tuple[str, str, str, bool], list[str]] = {}
+    params = list(p.jax["grads"])
+    for key in params:
+        if key not in tg:
+            continue
+        trainable = any(trainable_t.get(s, True) for s in sources.get(key, []))
+        t = state(None if key in p.torch_none else tg[key], trainable, "torch")
+        j = state(p.jax["grads"][key], p.jax["trainable"].get(key, True), "jax")
+        moved_j = bool(p.jax_steps) and not np.array_equal(p.jax_steps[-1]["values"][key], p.actual[key])
+        moved_t = bool(p.torch_steps) and not np.array_equal(p.torch_steps[-1]["values"].get(key), p.expected[key])
+        text, mismatch = _sentence(t, j, moved_j, moved_t)
+        if text:
+            facts.setdefault((t, j, text, mismatch), []).append(key)
+    lines = []
+    for (t, j, text, mismatch), keys in sorted(facts.items(), key=lambda kv: not kv[0][3]):
+        for group in _group(keys, params):
+            lines.append(FlowLine(group, t, j, f"`{group}`: {text}", mismatch))
+    return lines

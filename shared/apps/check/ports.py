@@ -1,0 +1,74 @@
+"""The worked ports: realistic torch models (torch_impl/ports/) and their NNX ports (jax_impl/ports/).
+
+Each has a correct port, which must match to 1e-10 relative in float64, and buggy ports with
+one catalogue bug each (the JAX module's VARIANTS: variant -> pitfall id), whose report must
+name that bug. `case` turns one into check_port's arguments; `check_worked` runs it.
+"""
+
+from __future__ import annotations
+
+from shared.apps.check.checker import check_port
+from shared.apps.check.match import PortInputError
+from shared.apps.check.report import PortReport
+from shared.core.runner import impl
+
+__all__ = ["WORKED", "variants", "case", "check_worked", "parse"]
+
+WORKED = ("cnn", "gru", "transformer")
+
+
+def _modules(name: str):
+    if name not in WORKED:
+        raise PortInputError(f"worked port: expected one of {list(WORKED)}, got {name!r}")
+    return impl("torch", "port").worked_port(name), impl("jax", "port").worked_port(name)
+
+
+def variants(name: str) -> dict[str, str | None]:
+    """The JAX ports of a worked model: variant -> the pitfall id its bug is (None: the correct port)."""
+    return dict(_modules(name)[1].VARIANTS)
+
+
+def parse(text: str) -> tuple[str, str]:
+    """`cnn` or `cnn:bn_momentum` -> (name, variant); PortInputError naming the valid ones."""
+    name, _, variant = text.partition(":")
+    known = variants(name)
+    variant = variant or "correct"
+    if variant not in known:
+        raise PortInputError(f"worked port {name}: variant expected one of {list(known)}, got {variant!r}")
+    return name, variant
+
+
+def case(name: str, variant: str = "correct", size: str = "small", seed: int = 0) -> dict:
+    """check_port's arguments for a worked port: models, batch, losses, optimizers (or steps), transfer.
+
+    A variant whose bug is in the user's own loader (the JAX module's `load_torch`) is checked
+    with transfer=False after that loader ran.
+    """
+    T, J = _modules(name)
+    if size not in T.SIZES:
+        raise PortInputError(f"worked port {name}: size expected one of {list(T.SIZES)}, got {size!r}")
+    if variant not in J.VARIANTS:
+        raise PortInputError(f"worked port {name}: variant expected one of {list(J.VARIANTS)}, got {variant!r}")
+    torch_model, sizes = T.build(size, seed), T.SIZES[size]
+    jax_model = J.build(variant, **sizes)
+    transfer = not variant.endswith("_layout")
+    if not transfer:
+        J.load_torch(jax_model, impl("torch", "port").native(torch_model), variant)
+    return {
+        "torch_model": torch_model,
+        "jax_model": jax_model,
+        "batch": T.batch(size, seed),
+        "torch_loss": T.loss,
+        "jax_loss": J.loss,
+        "torch_optimizer": T.optimizer,
+        "jax_optimizer": J.optimizer(variant),
+        "transfer": transfer,
+    }
+
+
+def check_worked(name: str, variant: str = "correct", size: str = "small", steps: int = 5, progress=None) -> PortReport:
+    """check_port on a worked port (see case)."""
+    args = case(name, variant, size)
+    return check_port(
+        args.pop("torch_model"), args.pop("jax_model"), args.pop("batch"), steps=steps, progress=progress, **args
+    )

@@ -1,0 +1,203 @@
+"""What `check_port` found: comparison rows, the gradient-flow diff, the hints, as a table or JSON.
+
+A `PortReport` is ok only when every float64 row matches (the bug test: 1e-10 relative), every
+float32 row is within float32 noise, no torch weight was dropped, and the gradient flows
+agree. Rows are keyed by the NNX leaf paths (the canonical layout of the port), each with the
+torch name it came from.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+__all__ = ["Row", "Hint", "FlowLine", "PortReport", "PortMismatch"]
+
+SECTIONS = ("weights", "outputs", "loss", "grads", "steps")
+
+
+@dataclass
+class Row:
+    """One compared quantity: JAX against torch (the reference)."""
+
+    dtype: str
+    section: str  # one of SECTIONS
+    key: str  # NNX path (or module alias for outputs, "loss")
+    torch: str  # the torch name(s) it comes from
+    max_abs: float
+    max_rel: float
+    bound: float
+    ok: bool
+    step: int | None = None  # 1-based step for section "steps"
+    problem: str = ""
+
+    @property
+    def where(self) -> str:
+        step = f" step {self.step}" if self.step is not None else ""
+        return f"{self.dtype} {self.section}{step} {self.key}"
+
+
+@dataclass
+class Hint:
+    """A hypothesis with its evidence: the pitfall it names, where, and why."""
+
+    pitfall: str  # "P04", a scenario name ("grad_clipping"), or "unexplained"
+    title: str
+    where: str
+    evidence: str
+    page: str = ""  # site page, e.g. "p04_gelu.html"
+    confirmed: bool = False  # a counterfactual replay made the difference vanish
+
+    def __str__(self) -> str:
+        tag = "confirmed" if self.confirmed else "hypothesis"
+        page = f" ({self.page})" if self.page else ""
+        return f"[{self.pitfall}] {self.title}{page} at {self.where} — {tag}: {self.evidence}"
+
+
+@dataclass
+class FlowLine:
+    """The gradient flow of a group of parameters on each side, and the mismatch said in words."""
+
+    keys: str  # "encoder/*" or a key
+    torch: str  # "flows" | "zero" | "None (requires_grad False)" | "None (no path)"
+    jax: str  # "flows" | "zero" | "absent (outside wrt)" | "NaN"
+    text: str
+    mismatch: bool
+
+
+@dataclass
+class PortReport:
+    """The result of check_port (see module docstring)."""
+
+    rows: list[Row] = field(default_factory=list)
+    flow: list[FlowLine] = field(default_factory=list)
+    hints: list[Hint] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    settings: dict = field(default_factory=dict)
+    seconds: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r.ok for r in self.rows) and not self.dropped and not self.mismatches
+
+    @property
+    def mismatches(self) -> list[FlowLine]:
+        return [f for f in self.flow if f.mismatch]
+
+    def failed(self, dtype: str | None = None, section: str | None = None) -> list[Row]:
+        return [r for r in self.rows if not r.ok and dtype in (None, r.dtype) and section in (None, r.section)]
+
+    def first_parting(self, dtype: str = "float64") -> Row | None:
+        """The first failing row in the order of the check: weights, outputs (call order), loss, grads, steps."""
+        failed = self.failed(dtype)
+        return failed[0] if failed else None
+
+    def named(self) -> list[str]:
+        """The pitfall ids the hints name (confirmed first)."""
+        hints = sorted(self.hints, key=lambda h: not h.confirmed)
+        return list(dict.fromkeys(h.pitfall for h in hints))
+
+    def summary(self) -> list[dict]:
+        """One line per dtype and section: how many leaves, the worst error, and the verdict."""
+        out = []
+        for dtype in dict.fromkeys(r.dtype for r in self.rows):
+            for section in SECTIONS:
+                rows = [r for r in self.rows if r.dtype == dtype and r.section == section]
+                if not rows:
+                    continue
+                worst = max(rows, key=lambda r: (not r.ok, _num(r.max_abs) / r.bound if r.bound > 0 else 0.0))
+                out.append(
+                    {
+                        "dtype": dtype,
+                        "section": section,
+                        "compared": len(rows),
+                        "failed": sum(not r.ok for r in rows),
+                        "max_abs": max(_num(r.max_abs) for r in rows),
+                        "max_rel": max(_num(r.max_rel) for r in rows),
+                        "used": max((_num(r.max_abs) / r.bound for r in rows if r.bound > 0), default=0.0),
+                        "worst": worst.key if worst.step is None else f"step {worst.step}: {worst.key}",
+                        "ok": all(r.ok for r in rows),
+                    }
+                )
+        return out
+
+    def rich_table(self):
+        """The summary as a rich Table (the CLI prints it)."""
+        from rich.table import Table
+
+        table = Table(title="detach-parity check: JAX port vs torch", header_style="bold")
+        for col in (
+            "dtype",
+            "section",
+            "compared",
+            "failed",
+            "max |jax-torch|",
+            "of tolerance",
+            "worst leaf",
+            "verdict",
+        ):
+            table.add_column(col, justify="right" if col in ("compared", "failed") else "left")
+        for s in self.summary():
+            verdict = "[green]match[/]" if s["ok"] else "[red]DIFFERS[/]"
+            table.add_row(
+                s["dtype"], s["section"], str(s["compared"]), str(s["failed"]),
+                f"{s['max_abs']:.2e}", f"{s['used']:.2g}", s["worst"], verdict,
+            )  # fmt: skip
+        return table
+
+    def table(self) -> str:
+        """The whole report as plain text: the summary table, the first parting, flow mismatches, hints."""
+        from rich.console import Console
+
+        buf = io.StringIO()
+        console = Console(file=buf, width=160, color_system=None, highlight=False)
+        console.print(self.rich_table())
+        for dtype in ("float64", "float32"):
+            row = self.first_parting(dtype)
+            if row is not None:
+                console.print(f"{dtype}: first parting at {row.section}"
+                              f"{f' step {row.step}' if row.step else ''} {row.key} (torch {row.torch}): "
+                              f"{row.problem or f'max rel {row.max_rel:.3g}'}", markup=False)  # fmt: skip
+        for line in self.dropped:
+            console.print(f"dropped: {line}", markup=False)
+        for f in self.mismatches:
+            console.print(f"gradient flow: {f.text}", markup=False)
+        for h in self.hints:
+            console.print(f"hint: {h}", markup=False)
+        for n in self.notes:
+            console.print(f"note: {n}", markup=False)
+        console.print("verdict: " + ("the port matches" if self.ok else "the port DIFFERS"), markup=False)
+        return buf.getvalue()
+
+    def to_json(self) -> dict:
+        """Everything as JSON-ready data (non-finite numbers as null)."""
+        return {
+            "ok": self.ok,
+            "settings": self.settings,
+            "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
+            "summary": [{k: _js(v) for k, v in s.items()} for s in self.summary()],
+            "failed": [{k: _js(v) for k, v in asdict(r).items()} for r in self.rows if not r.ok],
+            "compared": len(self.rows),
+            "flow": [asdict(f) for f in self.flow],
+            "hints": [asdict(h) for h in self.hints],
+            "named": self.named(),
+            "dropped": list(self.dropped),
+            "notes": list(self.notes),
+        }
+
+
+class PortMismatch(AssertionError):
+    """Raised by assert_port_matches: the message is the report."""
+
+
+def _num(x: float) -> float:
+    return float(x) if np.isfinite(x) else float("inf")
+
+
+def _js(v):
+    if isinstance(v, float):
+        return v if np.isfinite(v) else None
+    return v
