@@ -119,14 +119,17 @@ def shard(fx: Fixture, key: str) -> jax.Array:
 def gather_ranks(value: jax.Array) -> np.ndarray:
     """Every device's copy of a replicated array (or each device's row of one sharded [W, ...]), stacked [W, ...]."""
     if value.sharding.is_fully_replicated:
-        own = jax.shard_map(
-            lambda v: jax.lax.pcast(v, "data", to="varying")[None],  # each device's own buffer, one row each
-            mesh=data_mesh(),
-            in_specs=P(),
-            out_specs=P("data"),
-        )
-        value = jax.jit(own)(value)
+        value = _own_rows()(value)
     return np.asarray(multihost_utils.process_allgather(value, tiled=True))
+
+
+@functools.cache
+def _own_rows():
+    # each device's own buffer of a replicated array, one row per device (compiled once per shape)
+    rows = jax.shard_map(
+        lambda v: jax.lax.pcast(v, "data", to="varying")[None], mesh=data_mesh(), in_specs=P(), out_specs=P("data")
+    )
+    return jax.jit(rows)
 
 
 def rank_gap(values: Mapping[str, jax.Array]) -> dict[str, np.ndarray]:

@@ -2,7 +2,8 @@
 
 `python -m _launch_rank` (tests/ is on the ranks' path: they inherit the parent's sys.path).
 init: rank 0 listens on the rendezvous port, as a coordinator does (PortInUse if it is taken).
-The variant names the behaviour: "echo" (every rank answers), "raise_on_1" (rank 1 raises while
+The variant names the behaviour: "echo" (every rank answers its rank and the fixture's first field
+times rank + 1), "raise_on_1" (rank 1 raises while
 rank 0 blocks, as in a collective its peer never joins), "hang_on_1" (rank 1 never answers),
 "exit_on_1" (rank 1 dies with exit code 7).
 """
@@ -45,7 +46,7 @@ def run(scenario: str, fx, variant: str) -> dict:
         time.sleep(3600)
     if variant == "exit_on_1" and rank == 1:
         os._exit(7)
-    return {"rank": np.array(rank), "x": np.asarray(fx["x"]) * (rank + 1)}
+    return {"rank": np.array(rank), "first": np.asarray(fx[sorted(fx)[0]]) * (rank + 1)}
 
 
 if __name__ == "__main__":

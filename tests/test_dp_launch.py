@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shared.core import fixtures, launch
+from shared.core import fixtures, launch, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK = "_launch_rank"
+SCENARIO = registry.names()[0]  # any record: the ranks echo its first field (named here by position only)
 pytestmark = pytest.mark.xdist_group("data_parallel")
 
 
@@ -41,7 +42,7 @@ def _wait_gone(pids: list[int], seconds: float = 10.0) -> list[int]:
 
 @pytest.fixture(scope="module")
 def fx():
-    return fixtures.make("basics", "float64", seed=0)
+    return fixtures.make(SCENARIO, "float64", seed=0)
 
 
 @pytest.fixture
@@ -54,12 +55,14 @@ def ranks():
 def test_ranks_answer_jobs_and_close_without_leftovers(ranks, fx) -> None:
     pids, folder = ranks.pids, ranks.dir
     assert len(set(pids)) == 2 and ranks.alive and folder.is_dir()
-    out = ranks.run("basics", fx, "echo")
-    assert sorted(out) == ["rank", "x"] and int(out["rank"]) == 0  # rank 0's outputs are the case's
-    np.testing.assert_array_equal(out["x"], fx["x"])
-    replies = ranks.submit({"scenario": "basics", "variant": "echo", "fixture": _meta(fx, folder), "out": str(folder)})
+    first = sorted(fx)[0]
+    out = ranks.run(SCENARIO, fx, "echo")
+    assert sorted(out) == ["first", "rank"] and int(out["rank"]) == 0  # rank 0's outputs are the case's
+    np.testing.assert_array_equal(out["first"], fx[first])
+    job = {"scenario": SCENARIO, "variant": "echo", "fixture": _meta(fx, folder), "out": str(folder)}
+    replies = ranks.submit(job)
     assert [r["ok"] for r in replies] == [True, True] and ranks.pids == pids  # one start serves many jobs
-    np.testing.assert_array_equal(np.load(folder / "rank1.npz")["x"], 2 * fx["x"])  # rank 1 really ran
+    np.testing.assert_array_equal(np.load(folder / "rank1.npz")["first"], 2 * fx[first])  # rank 1 really ran
     ranks.close()
     assert not ranks.alive and not _wait_gone(pids) and not folder.exists()
 
@@ -72,25 +75,25 @@ def test_a_rank_that_raises_fails_the_job_with_its_error_and_nothing_hangs(ranks
     pids = ranks.pids
     start = time.monotonic()
     with pytest.raises(
-        launch.RankError, match=r"(?s)rank 1 failed in job 1 \(basics\[raise_on_1\]\).*boom from rank 1"
+        launch.RankError, match=rf"(?s)rank 1 failed in job 1 \({SCENARIO}\[raise_on_1\]\).*boom from rank 1"
     ):
-        ranks.run("basics", fx, "raise_on_1", timeout=60)
+        ranks.run(SCENARIO, fx, "raise_on_1", timeout=60)
     assert time.monotonic() - start < 10  # rank 0 blocks forever; the error did not wait for it
     assert not ranks.alive and not _wait_gone(pids)  # the blocked peer was killed too
     with pytest.raises(launch.RankError, match="not running"):
-        ranks.run("basics", fx, "echo")
+        ranks.run(SCENARIO, fx, "echo")
 
 
 def test_a_timeout_names_the_rank_that_did_not_arrive(ranks, fx) -> None:
     pids = ranks.pids
     with pytest.raises(launch.RankTimeout, match=r"rank\(s\) \[1\] did not arrive .*\(answered: \[0\]\)"):
-        ranks.run("basics", fx, "hang_on_1", timeout=1.0)
+        ranks.run(SCENARIO, fx, "hang_on_1", timeout=1.0)
     assert not _wait_gone(pids)
 
 
 def test_a_rank_that_dies_is_reported_with_its_exit_code(ranks, fx) -> None:
     with pytest.raises(launch.RankError, match=r"(?s)rank 1 failed in job 1 .*exited with code 7 before answering"):
-        ranks.run("basics", fx, "exit_on_1", timeout=60)
+        ranks.run(SCENARIO, fx, "exit_on_1", timeout=60)
 
 
 def test_a_port_in_use_is_retried_on_another() -> None:
@@ -129,21 +132,22 @@ def test_a_killed_parent_leaves_no_orphan() -> None:
 
 def test_pool_reuses_running_ranks_and_replaces_failed_ones(fx) -> None:
     first = launch.pool(RANK, 2)
+    second = first
     try:
         assert launch.pool(RANK, 2) is first
         with pytest.raises(launch.RankError):
-            first.run("basics", fx, "raise_on_1", timeout=60)
+            first.run(SCENARIO, fx, "raise_on_1", timeout=60)
         second = launch.pool(RANK, 2)
         assert second is not first and second.alive
-        assert int(second.run("basics", fx, "echo")["rank"]) == 0
+        assert int(second.run(SCENARIO, fx, "echo")["rank"]) == 0
     finally:
-        launch.close_pools()
+        second.close()  # this test's pool only: the data_parallel cases of this worker keep theirs
 
 
 def test_fixture_round_trip_and_bad_arguments(tmp_path, fx) -> None:
     meta = launch.save_fixture(fx, tmp_path / "f.npz")
     back = launch.load_fixture(meta)
-    assert (back.scenario, back.dtype, back.seed, back.case) == ("basics", "float64", 0, "random")
+    assert (back.scenario, back.dtype, back.seed, back.case) == (SCENARIO, "float64", 0, fx.case)
     for key in fx:
         np.testing.assert_array_equal(back[key], fx[key])
     with pytest.raises(ValueError, match="save_fixture: fx expected a shared.core.fixtures.Fixture, got dict"):
