@@ -30,7 +30,17 @@ from jax_impl._common import array, flat, load_params, scenario_run
 from jax_impl._distributed import data_mesh, gather_ranks, on_ranks
 from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["MLP", "build_model", "micro_batches", "micro_loss", "is_step", "accumulate", "run_rank", "run"]
+__all__ = [
+    "MLP",
+    "build_model",
+    "micro_batches",
+    "micro_loss",
+    "is_step",
+    "accumulate",
+    "full_batch_grads",
+    "run_rank",
+    "run",
+]
 
 
 class MLP(nnx.Module):
@@ -123,8 +133,19 @@ def _multi_steps(graphdef, m: int, lr: float, dtype: str):
     return tx, jax.jit(micro_step)
 
 
+def full_batch_grads(fx) -> dict[str, np.ndarray]:
+    """The single-device gradient of the mean loss over all B rows: what every round should step on."""
+    graphdef, params = nnx.split(build_model(fx), nnx.Param)
+    return flat(_full_batch(graphdef)(params, array(fx, "x"), array(fx, "y")))
+
+
+@functools.cache
+def _full_batch(graphdef):
+    return jax.jit(lambda params, x, y: jax.grad(lambda p: micro_loss(nnx.merge(graphdef, p)(x), y))(params))
+
+
 def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
-    """One process's outputs: loss [] (mean micro-batch loss), moved/<param>, gap/<param>, pending/<param> (rank 0)."""
+    """One process's outputs: loss [], moved/<param>, pending/<param> (rank 0); the off-by-one loop adds gap/<param>."""
     graphdef, initial = nnx.split(build_model(fx), nnx.Param)
     before = flat(initial)
     params = jax.device_put(initial, NamedSharding(data_mesh(), P()))  # replicated parameters
@@ -141,11 +162,12 @@ def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
         params, rows, loss = _round(graphdef, variant, m, lr)(params, tuple(xs), tuple(ys))
         pending = {k: gather_ranks(v)[0] for k, v in _leaves(rows).items()}  # rank 0's row
     after = flat(params)
-    full = flat(_full_batch_grads(graphdef)(initial, array(fx, "x"), array(fx, "y")))
     out = {"loss": np.asarray(loss)}
     out.update({f"moved/{k}": after[k] - before[k] for k in after})
-    out.update({f"gap/{k}": (after[k] - before[k]) + lr * full[k] for k in after})
     out.update({f"pending/{k}": pending[k] for k in after})
+    if variant == "step_on_first_micro_batch":  # the trap: not the step of one device on the full batch
+        full = full_batch_grads(fx)
+        out.update({f"gap/{k}": (after[k] - before[k]) + lr * full[k] for k in after})
     return out
 
 
@@ -153,13 +175,7 @@ def _leaves(state) -> dict:
     return {"/".join(map(str, path)): v.get_value() for path, v in state.flat_state()}
 
 
-@functools.cache
-def _full_batch_grads(graphdef):
-    # one device, the full batch: the step every variant should take
-    return jax.jit(lambda params, x, y: jax.grad(lambda p: micro_loss(nnx.merge(graphdef, p)(x), y))(params))
-
-
 @scenario_run("dp_no_sync")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs of process 0 (W = 2 devices): loss [], moved/*, gap/* (vs one full-batch step), pending/*."""
+    """Outputs of process 0 (W = 2 devices): loss [], moved/*, pending/*; gap/* (vs one full-batch step) in the trap."""
     return on_ranks("dp_no_sync", fx, variant)

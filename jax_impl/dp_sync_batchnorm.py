@@ -104,15 +104,17 @@ def _step(graphdef, sync: bool):
 
 
 def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
-    """One process's outputs: loss [], grads/<param>, gap/<param>, running/mean [H], rank_gap/running/mean [H]."""
+    """One process's outputs: loss [], grads/<param>, running/mean [H], rank_gap/running/mean [H]; gap/<param> (per device)."""
     graphdef, params, stats = nnx.split(build_model(fx, variant), nnx.Param, nnx.BatchStat)
     params, stats = jax.device_put((params, stats), NamedSharding(data_mesh(), P()))  # replicated
     loss, grads, stats = _step(graphdef, variant == "sync_batchnorm")(params, stats, shard(fx, "x"), shard(fx, "y"))
-    grads, full = flat(grads), full_batch_grads(fx)
+    grads = flat(grads)
     running = gather_ranks(stats["bn"]["mean"][...])  # GRAD-FLOW: running statistics are buffers, never parameters
     out = {"loss": np.asarray(loss)}
     out.update({f"grads/{k}": g for k, g in grads.items()})
-    out.update({f"gap/{k}": grads[k] - full[k] for k in grads})
+    if variant == "local_batchnorm":  # the trap: not the single-device gradient
+        full = full_batch_grads(fx)
+        out.update({f"gap/{k}": grads[k] - full[k] for k in grads})
     out["running/mean"] = running[0]
     out["rank_gap/running/mean"] = np.max(np.abs(running - running[0]), axis=0)
     return out
@@ -120,5 +122,5 @@ def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
 
 @scenario_run("dp_sync_batchnorm")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs of process 0 (W = 2 devices): loss, grads/*, gap/* (vs one device), running/mean, its rank gap."""
+    """Outputs of process 0 (W = 2 devices): loss, grads/*, running/mean, its rank gap; gap/* (vs one device) when per device."""
     return on_ranks("dp_sync_batchnorm", fx, variant)

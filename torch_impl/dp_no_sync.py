@@ -22,11 +22,21 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import scenario_run
+from torch_impl._common import scenario_run, tensor
 from torch_impl._distributed import data_mesh, gather_ranks, on_ranks, shard
 from torch_impl._layout import grads_of, load_params, params_of
 
-__all__ = ["MLP", "build_model", "micro_batches", "micro_loss", "is_step", "accumulate", "run_rank", "run"]
+__all__ = [
+    "MLP",
+    "build_model",
+    "micro_batches",
+    "micro_loss",
+    "is_step",
+    "accumulate",
+    "full_batch_grads",
+    "run_rank",
+    "run",
+]
 
 
 class MLP(nn.Module):
@@ -80,27 +90,31 @@ def accumulate(ddp: DistributedDataParallel, optimizer, xs, ys, variant: str) ->
     return torch.stack(losses).mean()
 
 
+def full_batch_grads(fx) -> dict[str, np.ndarray]:
+    """The single-device gradient of the mean loss over all B rows: what every round should step on."""
+    model = build_model(fx)
+    micro_loss(model(tensor(fx, "x")), tensor(fx, "y")).backward()
+    return grads_of(model)
+
+
 def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
-    """One rank's outputs: loss [] (mean micro-batch loss), moved/<param>, gap/<param>, pending/<param> (rank 0)."""
+    """One rank's outputs: loss [], moved/<param>, pending/<param> (rank 0); the off-by-one loop adds gap/<param>."""
     model = build_model(fx)
     ddp = DistributedDataParallel(model, device_mesh=data_mesh())
     optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
     before = params_of(model)
     loss = accumulate(ddp, optimizer, micro_batches(fx, "x"), micro_batches(fx, "y"), variant)
     after, pending = params_of(model), grads_of(model)  # a .grad of None (stepped last): zeros
-    reference = build_model(fx)  # one device, the full batch: the step every variant should take
-    full_loss = micro_loss(reference(torch.tensor(np.array(fx["x"]))), torch.tensor(np.array(fx["y"])))
-    full_loss.backward()
-    full = grads_of(reference)
-    lr = fx.scalar("lr")
     out = {"loss": np.mean(gather_ranks(loss), axis=0)}
     out.update({f"moved/{k}": after[k] - before[k] for k in after})
-    out.update({f"gap/{k}": (after[k] - before[k]) + lr * full[k] for k in after})
     out.update({f"pending/{k}": pending[k] for k in pending})
+    if variant == "step_on_first_micro_batch":  # the trap: not the step of one device on the full batch
+        full, lr = full_batch_grads(fx), fx.scalar("lr")
+        out.update({f"gap/{k}": (after[k] - before[k]) + lr * full[k] for k in after})
     return out
 
 
 @scenario_run("dp_no_sync")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs of rank 0 (W = 2 gloo processes): loss [], moved/*, gap/* (vs one full-batch step), pending/*."""
+    """Outputs of rank 0 (W = 2 gloo processes): loss [], moved/*, pending/*; gap/* (vs one full-batch step) in the trap."""
     return on_ranks("dp_no_sync", fx, variant)

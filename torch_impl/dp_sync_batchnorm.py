@@ -90,18 +90,20 @@ def full_batch_grads(fx) -> dict[str, np.ndarray]:
 
 
 def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
-    """One rank's outputs: loss [], grads/<param>, gap/<param>, running/mean [H], rank_gap/running/mean [H]."""
+    """One rank's outputs: loss [], grads/<param>, running/mean [H], rank_gap/running/mean [H]; gap/<param> (per device)."""
     model = build_model(fx, variant)
     ddp = DistributedDataParallel(model, device_mesh=data_mesh())
     loss = shard_loss(ddp(shard(fx, "x")), shard(fx, "y"))
     loss.backward()
-    grads, full = grads_of(model), full_batch_grads(fx)
+    grads = grads_of(model)
     mean_loss = loss.detach().clone()
     dist.all_reduce(mean_loss)
     running = model.bn.running_mean
     out = {"loss": (mean_loss / dist.get_world_size()).numpy()}
     out.update({f"grads/{k}": g for k, g in grads.items()})
-    out.update({f"gap/{k}": grads[k] - full[k] for k in grads})
+    if variant == "local_batchnorm":  # the trap: not the single-device gradient
+        full = full_batch_grads(fx)
+        out.update({f"gap/{k}": grads[k] - full[k] for k in grads})
     out["running/mean"] = running.numpy().copy()  # a buffer outside any graph: .numpy() refuses one that requires grad
     out["rank_gap/running/mean"] = rank_gap({"mean": running})["mean"]
     return out
@@ -109,5 +111,5 @@ def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
 
 @scenario_run("dp_sync_batchnorm")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs of rank 0 (W = 2 gloo processes): loss, grads/*, gap/* (vs one device), running/mean, its rank gap."""
+    """Outputs of rank 0 (W = 2 gloo processes): loss, grads/*, running/mean, its rank gap; gap/* (vs one device) when per device."""
     return on_ranks("dp_sync_batchnorm", fx, variant)

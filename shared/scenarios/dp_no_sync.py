@@ -3,8 +3,8 @@
 Shapes: B = W·M·b samples (W = 2 ranks, M micro-batches of b per rank), D inputs, H hidden,
 O outputs. Rank r holds rows [r·M·b, (r+1)·M·b); its micro-batch i is the i-th b of them. Loss of
 a micro-batch: mean ½‖tanh(x W1 + b1) W2 + b2 - y‖², accumulated as loss / M. One SGD step (lr)
-on the step's micro-batch. moved/<param> = params after the round - before; gap/<param> = moved
-- (-lr · the full-batch gradient): what a single device stepping on all B rows moves;
+on the step's micro-batch. moved/<param> = params after the round - before (the oracle: -lr · the
+full-batch gradient, the step of one device on all B rows); in the trap gap/<param> = moved + lr · it;
 pending/<param>: rank 0's accumulated gradient left after the round (zero when the step came last).
 `step_on_first_micro_batch` is the off-by-one loop (`i % M == 0`): it syncs and steps on the first
 micro-batch's gradient, and the later micro-batches pile up unsynchronised for the next step.
@@ -83,7 +83,8 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
         losses = [_global_micro(a, m, i, params) for i in range(m)]
     out = {"loss": np.array(np.mean(losses))}
     out.update({f"moved/{k}": after[k] - params[k] for k in PARAMS})
-    out.update({f"gap/{k}": (after[k] - params[k]) + lr * full[k] for k in PARAMS})
+    if variant == "step_on_first_micro_batch":
+        out.update({f"gap/{k}": (after[k] - params[k]) + lr * full[k] for k in PARAMS})
     out.update({f"pending/{k}": pending[k] for k in PARAMS})
     return out
 

@@ -3,8 +3,8 @@
 Shapes: B = W·b samples (W = 2 ranks), D inputs, H features, O outputs. pred = l2(tanh(BN(x W1))),
 BN in training mode (biased batch variance, eps, running mean updated with momentum; no bias
 before it: BN removes it). Loss: mean ½‖pred - y‖² over each rank's shard, averaged over the
-ranks. One forward and backward: grads/<param> of rank 0 after the all-reduce, gap/<param> = grads
-minus the single-device full-batch gradient (BN over all B rows), running/mean of rank 0 and
+ranks. One forward and backward: grads/<param> of rank 0 after the all-reduce (per-device BN adds
+gap/<param> = grads minus the single-device full-batch gradient, BN over all B rows), running/mean of rank 0 and
 rank_gap/running/mean (max over ranks |running_r - running_0|).
 Synchronised statistics are the full batch's: grads equal the single-device gradient. Per-device
 BatchNorm normalises each shard by its own statistics: another objective, other gradients, and
@@ -71,12 +71,13 @@ def oracle(fx, variant: str) -> dict[str, np.ndarray]:
     params = {k: a[f"params/{k}"] for k in PARAMS}
     sync = variant == "sync_batchnorm"
     grads = fd_grad(lambda q: objective(q, a, sync), params)
-    full = fd_grad(lambda q: objective(q, a, True), params)  # one device, all B rows: the synchronised objective
     h = np.split(features(params, a["x"]), WORLD)
     running = [MOMENTUM * (np.concatenate(h) if sync else hr).mean(0) for hr in h]  # from zeros
     out = {"loss": np.array(objective(params, a, sync))}
     out.update({f"grads/{k}": g for k, g in grads.items()})
-    out.update({f"gap/{k}": grads[k] - full[k] for k in PARAMS})
+    if not sync:  # the trap: against one device on all B rows (the synchronised objective)
+        full = fd_grad(lambda q: objective(q, a, True), params)
+        out.update({f"gap/{k}": grads[k] - full[k] for k in PARAMS})
     out["running/mean"] = running[0]
     out["rank_gap/running/mean"] = np.max(np.abs(np.stack(running) - running[0]), axis=0)
     return out
