@@ -154,3 +154,23 @@ def test_fixture_round_trip_and_bad_arguments(tmp_path, fx) -> None:
         launch.save_fixture({"x": np.zeros(2)}, tmp_path / "g.npz")
     with pytest.raises(ValueError, match="world expected an int >= 1, got 0"):
         launch.Ranks(RANK, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, mode", [("torch_impl._distributed", None), ("jax_impl._distributed", "processes")])
+def test_real_ranks_retry_a_taken_port_and_report_a_rank_error(module: str, mode: str | None, fx) -> None:
+    # the frameworks' own rendezvous (torch's TCPStore, JAX's coordinator) on a port someone holds
+    env = {"DETACH_PARITY_JAX_RANKS": mode, "JAX_PLATFORMS": "cpu"} if mode else {"OMP_NUM_THREADS": "1"}
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        offered = iter([taken, launch.free_port()])
+        with launch.Ranks(module, 2, env=env, ports=lambda: next(offered)) as ranks:
+            assert ranks.ports_tried[0] == taken and ranks.port != taken
+            pids = ranks.pids
+            name = "dp_allreduce_mean"
+            with pytest.raises(launch.RankError, match=r"(?s)rank 0 failed in job 1 .*variant expected one of"):
+                ranks.run(name, fixtures.make(name, "float64"), "no_such_variant")  # raised inside both ranks
+            assert not ranks.alive
+    assert not _wait_gone(pids)
