@@ -150,9 +150,11 @@ def structure(model) -> dict:
     """
     modules = dict(nnx.iter_modules(model))
     alias = _sequential_alias(modules)
+    seqs = {p for p, m in modules.items() if isinstance(m, nnx.Sequential)}
     mods = [
         {"path": _key(p), "alias": _key(alias(p)), "type": type(m).__name__, "config": _config(m)}
         for p, m in modules.items()
+        if not (p and p[-1] == "layers" and p[:-1] in seqs)  # nnx.Sequential's own list: no torch twin
     ]
     variables = {
         _key(p): {

@@ -339,7 +339,8 @@ def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
 
 def _scalar(loss, name: str) -> torch.Tensor:
     if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise ValueError(f"{name}: expected a scalar torch.Tensor, got {type(loss).__name__} of shape {np.shape(loss)}")
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else np.shape(loss)
+        raise ValueError(f"{name}: expected a scalar torch.Tensor, got {type(loss).__name__} of shape {shape}")
     if not loss.is_floating_point():
         raise ValueError(f"{name}: expected a floating scalar, got dtype {loss.dtype}")
     return loss.reshape(())

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from shared.apps import bench, docs, run, selfcheck, show, site
+from shared.apps.check import cli as check_cli
 from shared.apps.claims import cli as claims_cli
 from shared.apps.common import (
     EXIT_BROKEN_PIPE,
@@ -38,6 +39,7 @@ SUBCOMMANDS: dict[str, Callable] = {
     "claims": claims_cli.add_parser,
     "bench": bench.add_parser,
     "selfcheck": selfcheck.add_parser,
+    "check": check_cli.add_parser,
     "show": show.add_parser,
     "site": site.add_parser,
 }

@@ -178,6 +178,7 @@ def check_port(
     transfer: bool = True,
     steps: int = 5,
     progress: Callable[[str], None] | None = None,
+    dtypes: tuple[str, ...] = ("float64", "float32"),
 ) -> PortReport:
     """Check a JAX (Flax NNX) port of a torch model: weights, outputs, loss, gradients, K steps, in float64 then float32.
 
@@ -192,6 +193,7 @@ def check_port(
       transfer: copy the torch weights into (a copy of) the NNX model; False checks the weights it has.
       steps: K optimizer steps compared (0: none).
       progress: called with a line per stage.
+      dtypes: the passes, float64 first (the bug test); ("float64",) alone skips the float32 noise check.
     Returns:
       PortReport: .ok, .table(), .to_json(), .hints, .flow.
     Raises:
@@ -202,8 +204,16 @@ def check_port(
     c = _Checker(torch_model, jax_model, batch, torch_loss=torch_loss, jax_loss=jax_loss, torch_optimizer=torch_optimizer,
                  jax_optimizer=jax_optimizer, torch_step=torch_step, jax_step=jax_step, mapping=mapping,
                  transfer=transfer, steps=steps, progress=progress)  # fmt: skip
+    if (
+        not dtypes
+        or dtypes[0] != "float64"
+        or not set(dtypes) <= {"float64", "float32"}
+        or len(set(dtypes)) != len(dtypes)
+    ):
+        raise PortInputError(f"dtypes: expected ('float64',) or ('float64', 'float32'), got {dtypes!r}")
     report, passes = c.report, {}
-    for dtype in ("float64", "float32"):
+    report.settings["dtypes"] = list(dtypes)
+    for dtype in dtypes:
         c.progress(f"{dtype}: weights, outputs, loss, gradients{f', {c.k} steps' if c.k else ''} ...")
         t = time.perf_counter()
         p = c._pass(dtype)

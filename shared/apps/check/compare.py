@@ -36,7 +36,7 @@ def _row(dtype, section, key, torch_name, jax_value, torch_value, tol, step=None
     if comp.leaves:
         leaf = comp.leaves[0]
         return Row(dtype, section, key, torch_name, leaf.max_abs, leaf.max_rel, leaf.bound, comp.ok, step,
-                   "; ".join(comp.problems))  # fmt: skip
+                   "; ".join(comp.problems), leaf.used)  # fmt: skip
     nan = float("nan")
     return Row(dtype, section, key, torch_name, nan, nan, nan, False, step, "; ".join(comp.problems))
 

@@ -103,7 +103,7 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
         if not fixed or broken:
             continue
         pitfall, title = KNOB_PITFALL[knob]
-        worst = max((r.max_abs / r.bound for r in rows if r.bound > 0 and np.isfinite(r.max_abs)), default=0.0)
+        worst = max((r.used for r in rows if np.isfinite(r.used)), default=0.0)
         if not after:
             ev = (f"with torch changed so ({knob}), all {len(rows)} float64 quantities match JAX "
                   f"(worst at {worst:.2g} of the tolerance); before: {len(failing)} differed, the first at "
@@ -213,6 +213,7 @@ def _step_hints(report, p, plan) -> list[Hint]:
             q = dj[mask] / dt[mask]
             if np.std(q) <= 1e-6 * abs(np.mean(q)):
                 ratios[r.key] = float(np.mean(q))
+    trained = {}
     for key, q in ratios.items():
         where = f"float64 steps step 1 {key}"
         src = p.sources.get(key, [])
@@ -224,12 +225,14 @@ def _step_hints(report, p, plan) -> list[Hint]:
             hints.append(
                 _hint("P09", "LSTM / GRU biases: torch trains b_ih and b_hh, the NNX cell one folded bias", where, ev)
             )
-        elif grads_zero:
+        elif grads_zero and abs(q - 1) > 1e-3:  # moved without a gradient, by another rule: a target update
             tau = 1 / (1 + q) if q > -1 else float("nan")
             ev = f"a leaf with no gradient that moves: its update is {q:.6g} × torch's; τ and 1 − τ swapped if τ = {tau:.4g}"
             hints.append(_hint("P17", "soft target update, optax.incremental_update argument order", where, ev))
-    if len(ratios) >= 2 and len(set(np.round(list(ratios.values()), 12))) == 1 and p.torch_steps:
-        q = next(iter(ratios.values()))
+        elif not grads_zero:
+            trained[key] = q
+    if len(trained) >= 2 and len(set(np.round(list(trained.values()), 12))) == 1:
+        q = next(iter(trained.values()))
         g = np.sqrt(sum(float(np.sum(v**2)) for v in p.torch["grads_native"].values()))
         if g > 0 and abs(q - (g + 1e-6) / g) < 1e-3 * 1e-6 / g:
             ev = f"every update is {q:.12g} × torch's = (‖g‖ + 1e-6) / ‖g‖ with ‖g‖ = {g:.6g}: torch's clip_grad_norm_ adds 1e-6"

@@ -66,9 +66,15 @@ def case(name: str, variant: str = "correct", size: str = "small", seed: int = 0
     }
 
 
-def check_worked(name: str, variant: str = "correct", size: str = "small", steps: int = 5, progress=None) -> PortReport:
+def check_worked(
+    name: str,
+    variant: str = "correct",
+    size: str = "small",
+    steps: int = 5,
+    progress=None,
+    dtypes=("float64", "float32"),
+) -> PortReport:
     """check_port on a worked port (see case)."""
     args = case(name, variant, size)
-    return check_port(
-        args.pop("torch_model"), args.pop("jax_model"), args.pop("batch"), steps=steps, progress=progress, **args
-    )
+    model_t, model_j, batch = args.pop("torch_model"), args.pop("jax_model"), args.pop("batch")
+    return check_port(model_t, model_j, batch, steps=steps, progress=progress, dtypes=dtypes, **args)

@@ -32,6 +32,7 @@ class Row:
     ok: bool
     step: int | None = None  # 1-based step for section "steps"
     problem: str = ""
+    used: float = float("nan")  # the largest |jax - torch| over its bound (<= 1 passes)
 
     @property
     def where(self) -> str:
@@ -108,7 +109,7 @@ class PortReport:
                 rows = [r for r in self.rows if r.dtype == dtype and r.section == section]
                 if not rows:
                     continue
-                worst = max(rows, key=lambda r: (not r.ok, _num(r.max_abs) / r.bound if r.bound > 0 else 0.0))
+                worst = max(rows, key=lambda r: (not r.ok, _num(r.used)))
                 out.append(
                     {
                         "dtype": dtype,
@@ -117,7 +118,7 @@ class PortReport:
                         "failed": sum(not r.ok for r in rows),
                         "max_abs": max(_num(r.max_abs) for r in rows),
                         "max_rel": max(_num(r.max_rel) for r in rows),
-                        "used": max((_num(r.max_abs) / r.bound for r in rows if r.bound > 0), default=0.0),
+                        "used": max(_num(r.used) for r in rows),
                         "worst": worst.key if worst.step is None else f"step {worst.step}: {worst.key}",
                         "ok": all(r.ok for r in rows),
                     }
@@ -148,28 +149,31 @@ class PortReport:
             )  # fmt: skip
         return table
 
+    def lines(self) -> list[str]:
+        """What the table does not show: the first parting per dtype, dropped weights, flow mismatches, hints."""
+        out = []
+        for dtype in ("float64", "float32"):
+            row = self.first_parting(dtype)
+            if row is not None:
+                step = f" step {row.step}" if row.step else ""
+                what = row.problem or f"max |jax-torch| {row.max_abs:.3g}"
+                out.append(f"{dtype}: first parting at {row.section}{step} {row.key} (torch {row.torch}): {what}")
+        out += [f"dropped: {line}" for line in self.dropped]
+        out += [f"gradient flow: {f.text}" for f in self.mismatches]
+        out += [f"hint: {h}" for h in self.hints]
+        out += [f"note: {n}" for n in self.notes]
+        out.append("verdict: " + ("the port matches" if self.ok else "the port DIFFERS"))
+        return out
+
     def table(self) -> str:
-        """The whole report as plain text: the summary table, the first parting, flow mismatches, hints."""
+        """The whole report as plain text: the summary table, then `lines()`."""
         from rich.console import Console
 
         buf = io.StringIO()
         console = Console(file=buf, width=160, color_system=None, highlight=False)
         console.print(self.rich_table())
-        for dtype in ("float64", "float32"):
-            row = self.first_parting(dtype)
-            if row is not None:
-                console.print(f"{dtype}: first parting at {row.section}"
-                              f"{f' step {row.step}' if row.step else ''} {row.key} (torch {row.torch}): "
-                              f"{row.problem or f'max rel {row.max_rel:.3g}'}", markup=False)  # fmt: skip
-        for line in self.dropped:
-            console.print(f"dropped: {line}", markup=False)
-        for f in self.mismatches:
-            console.print(f"gradient flow: {f.text}", markup=False)
-        for h in self.hints:
-            console.print(f"hint: {h}", markup=False)
-        for n in self.notes:
-            console.print(f"note: {n}", markup=False)
-        console.print("verdict: " + ("the port matches" if self.ok else "the port DIFFERS"), markup=False)
+        for line in self.lines():
+            console.print(line, markup=False)
         return buf.getvalue()
 
     def to_json(self) -> dict:

@@ -1,0 +1,87 @@
+"""`detach-parity check FILE.py | WORKED[:VARIANT] [--json PATH] [--steps K]`: check a torch -> Flax NNX port.
+
+FILE.py is run as a script and must define
+    torch_model, jax_model   an nn.Module and an nnx.Module
+    batch                    a dict of numpy arrays (both losses get it, as tensors / jax arrays)
+    torch_loss, jax_loss     (model, batch) -> scalar
+and may define
+    torch_optimizer, jax_optimizer   params -> torch.optim.Optimizer; an optax transformation or
+                                     (transformation, NNX filter of the trainable leaves)
+    torch_step, jax_step             (model, batch) -> loss: the user's own training steps instead
+    mapping                          {torch path prefix: NNX path prefix} where the names differ
+    transfer                         False: compare the weights the NNX model already holds
+WORKED is a shipped worked port (cnn, gru, transformer), optionally with a buggy variant
+(`cnn:bn_momentum`). Exit status: 0 the port matches, 1 it differs, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+from pathlib import Path
+
+from shared.apps.check.checker import check_port
+from shared.apps.check.match import PortInputError
+from shared.apps.check.ports import WORKED, case, parse
+from shared.apps.common import UsageError, json_path, non_negative_int, versions, write_json
+
+__all__ = ["REQUIRED", "OPTIONAL", "load_file", "cmd_check", "add_parser"]
+
+REQUIRED = ("torch_model", "jax_model", "batch", "torch_loss", "jax_loss")
+OPTIONAL = ("torch_optimizer", "jax_optimizer", "torch_step", "jax_step", "mapping", "transfer")
+
+
+def load_file(path: str) -> dict:
+    """Run FILE.py and collect check_port's arguments from its names; UsageError naming what is missing."""
+    file = Path(path)
+    if not file.is_file() or file.suffix != ".py":
+        raise UsageError(f"FILE expected a Python file (.py) or one of {list(WORKED)}, got {path!r}")
+    try:
+        names = runpy.run_path(str(file), run_name="__detach_parity_check__")
+    except Exception as exc:
+        raise UsageError(f"{path}: running it raised {type(exc).__name__}: {exc}") from None
+    missing = [n for n in REQUIRED if n not in names]
+    if missing:
+        raise UsageError(f"{path}: expected the names {list(REQUIRED)} (optional {list(OPTIONAL)}), missing {missing}")
+    return {n: names[n] for n in (*REQUIRED, *OPTIONAL) if n in names}
+
+
+def cmd_check(args: argparse.Namespace, console) -> int:
+    target = args.file
+    if target.endswith(".py"):
+        kwargs = load_file(target)
+    else:
+        try:
+            name, variant = parse(target)
+            kwargs = case(name, variant)
+        except PortInputError as exc:
+            raise UsageError(str(exc)) from None
+    model_t, model_j, batch = kwargs.pop("torch_model"), kwargs.pop("jax_model"), kwargs.pop("batch")
+    try:
+        with console.status("checking the port ...") as status:
+            report = check_port(model_t, model_j, batch, steps=args.steps, progress=status.update, **kwargs)
+    except PortInputError as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        try:
+            write_json(Path(args.json), {"target": target, "versions": versions(), **report.to_json()})
+        except OSError as exc:
+            raise UsageError(f"could not write {args.json}: {exc}") from None
+    console.print(report.rich_table())
+    for line in report.lines():
+        console.print(line, markup=False, highlight=False)
+    return 0 if report.ok else 1
+
+
+def add_parser(sub) -> None:
+    """Register `check` on an argparse subparsers object (shared/apps/cli.py SUBCOMMANDS)."""
+    p = sub.add_parser(
+        "check",
+        help="check your own torch -> Flax NNX port: weights, outputs, gradients, K steps, the bug named",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", metavar="FILE.py|WORKED[:VARIANT]", help=f"your port file, or one of {list(WORKED)}")
+    p.add_argument("--json", type=json_path, metavar="PATH", help="also write the report as JSON")
+    p.add_argument("--steps", type=non_negative_int, default=5, help="optimizer steps compared (default 5)")
+    p.set_defaults(func=cmd_check)
