@@ -80,6 +80,7 @@ def saved_activation_bytes(fx, variant: str) -> int:
 
     What rematerialisation trades for recomputation: the block's internals are not kept. For the bench.
     """
+    check_variant("checkpointing", variant)
     model = build_model(fx)
     graphdef, trainable, rest = nnx.split(model, TRAINABLE, ...)
     tokens, y = array(fx, "tokens"), array(fx, "y")

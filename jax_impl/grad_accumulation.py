@@ -61,7 +61,6 @@ def micro_batches(x: jax.Array, y: jax.Array, n: int, variant: str) -> list[tupl
     return list(zip(jnp.split(x, cuts), jnp.split(y, cuts), strict=True))
 
 
-@nnx.jit
 def _grad(model, x, y):
     return nnx.grad(mse)(model, x, y)
 
@@ -76,9 +75,8 @@ def accumulate_grads(model: MLP, batches: list, variant: str) -> nnx.State:
         if variant == "zero_grad_in_loop":
             acc = jax.tree.map(lambda g: g / n, grads)  # the trap: each micro-batch wipes the ones before it
         else:
-            acc = jax.tree.map(
-                lambda a, g: a + g / n, acc, grads
-            )  # GRAD-FLOW: .grad accumulates: each micro-batch adds its share
+            # GRAD-FLOW: .grad accumulates: each micro-batch adds its share
+            acc = jax.tree.map(lambda a, g: a + g / n, acc, grads)
     return acc
 
 
@@ -92,26 +90,35 @@ def _optimizer(model: MLP, fx, n: int, variant: str) -> nnx.Optimizer:
     return nnx.Optimizer(model, multi, wrt=nnx.Param)
 
 
+@nnx.jit(static_argnames="variant")
+def _cycle(model, optimizer, batches, variant):
+    acc = accumulate_grads(model, batches, variant)
+    if variant == "zero_grad_in_loop":
+        optimizer.update(model, acc)
+    else:  # one MultiSteps update per micro-batch: the mean is applied at the n-th
+        for xb, yb in batches:
+            optimizer.update(model, _grad(model, xb, yb))
+    return acc
+
+
+_full_batch = nnx.jit(nnx.value_and_grad(mse))
+
+
 @scenario_run("grad_accumulation")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] (full batch, before); grads/<param> of the first cycle; full_grads/<param> (one grad
     over the full batch); gap/<param> = grads − full_grads; params/<param> after `steps` cycles."""
     model = build_model(fx)
     x, y = array(fx, "x"), array(fx, "y")
-    loss = mse(model, x, y)
-    full = grads_of(_grad(model, x, y))  # the reference: the full-batch gradient
+    loss, full = _full_batch(model, x, y)  # the reference: the full-batch gradient
+    full = grads_of(full)
     n = fx.spec.constants["micro_batches"]
     optimizer = _optimizer(model, fx, n, variant)
     batches = micro_batches(x, y, n, variant)
     for step in range(int(fx["steps"])):
-        acc = accumulate_grads(model, batches, variant)
+        acc = _cycle(model, optimizer, batches, variant)
         if step == 0:
             first = grads_of(acc)
-        if variant == "zero_grad_in_loop":
-            optimizer.update(model, acc)
-        else:  # one MultiSteps update per micro-batch: the mean is applied at the n-th
-            for xb, yb in batches:
-                optimizer.update(model, _grad(model, xb, yb))
     out = {"loss": numpy(loss)}
     out.update({f"grads/{k}": g for k, g in first.items()})
     out.update({f"full_grads/{k}": g for k, g in full.items()})

@@ -95,6 +95,7 @@ def train_step(model: Model, optimizer: nnx.Optimizer, x: jax.Array, y: jax.Arra
 
     Raises ValueError unless pred and y are both [B, O].
     """
+    check_variant("lora", variant)
     trainable = nnx.Param if variant == "naive_wrt_param" else nnx.LoRAParam
     diff = nnx.DiffState(0, trainable)  # GRAD-FLOW: the base is frozen: no gradient, no AdamW state, no weight decay
     loss, grads = nnx.value_and_grad(_loss, argnums=diff)(model, x, y)

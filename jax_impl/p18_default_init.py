@@ -60,6 +60,7 @@ def init_params(fx, variant: str) -> dict[str, np.ndarray]:
 
 def build_model(fx, variant: str) -> MLP:
     """An MLP starting from init_params."""
+    check_variant("p18_default_init", variant)
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     model = nnx.eval_shape(lambda: MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0)))
     return load_params(model, init_params(fx, variant))

@@ -88,6 +88,7 @@ def build_agent(fx) -> SAC:
 
 def q_targets(model: SAC, batch: dict, consts: dict, variant: str) -> jax.Array:
     """y [B] = r + γ(1 − done)(min_i Q_i′(s′, a′) − α·log π(a′|s′)): a constant for the critics."""
+    check_variant("sac", variant)
     alpha = jnp.exp(model.log_alpha[...])
     next_action, next_log_pi = model.actor.get_action(
         batch["next_obs"], batch["next_noise"], consts["action_scale"], consts["action_bias"], variant

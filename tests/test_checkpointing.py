@@ -10,6 +10,7 @@ from conftest import case_result
 from torch import nn
 
 from jax_impl import checkpointing as jc
+from shared.apps import selfcheck
 from shared.core import fixtures
 from torch_impl import checkpointing as tc
 
@@ -61,3 +62,19 @@ def test_predictions_of_another_shape_are_refused(impl) -> None:
     fx = fixtures.make("checkpointing", "float32")
     with pytest.raises(ValueError, match="variant expected one of"):
         impl.build_model(fx)(lib(np.array(fx["tokens"])), "remat")
+
+
+def test_selfcheck_finds_the_checkpoint_sites(tmp_path) -> None:
+    """torch checkpoint(f, *args) -> f(*args), use_reentrant flipped, nnx.remat(f) -> f: each a mutant."""
+    for side in ("torch_impl", "jax_impl"):
+        (tmp_path / side).mkdir()
+    src = "y = checkpoint(block, h, use_reentrant=False)\nz = checkpoint(block, h, use_reentrant=r)\nw = nnx.remat(call)(block, h)\n"
+    (tmp_path / "torch_impl" / "demo.py").write_text(src, encoding="utf-8")
+    found = [(s.construct, s.original, s.replacement) for s in selfcheck.find_sites(tmp_path)]
+    assert found == [
+        ("torch checkpoint(f, *args)", "checkpoint(block, h, use_reentrant=False)", "block(h)"),
+        ("use_reentrant=False", "False", "True"),
+        ("torch checkpoint(f, *args)", "checkpoint(block, h, use_reentrant=r)", "block(h)"),
+        ("use_reentrant=<switch>", "r", "not (r)"),
+        ("nnx.remat(f)", "nnx.remat(call)", "(call)"),
+    ]

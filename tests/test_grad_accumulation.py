@@ -11,6 +11,7 @@ import torch
 from conftest import case_result
 
 from jax_impl import grad_accumulation as jg
+from shared.apps import selfcheck
 from shared.core import fixtures
 from shared.core.oracle import fd_grad
 from shared.scenarios.grad_accumulation import MICRO_BATCHES, PARAMS, mean_loss, sizes
@@ -94,3 +95,16 @@ def test_bad_shapes_are_refused(impl) -> None:
     arrays["x"], arrays["y"] = arrays["x"][:-1], arrays["y"][:-1]
     with pytest.raises(ValueError, match=rf"expected N a multiple of 2 micro-batches, larger than 2, got N = {n - 1}"):
         fixtures.from_arrays("grad_accumulation", arrays)
+
+
+def test_selfcheck_finds_the_accumulation_sites(tmp_path) -> None:
+    """(loss / n).backward() -> the undivided sum; MultiSteps every_k_schedule -> 1 (no accumulation)."""
+    for side in ("torch_impl", "jax_impl"):
+        (tmp_path / side).mkdir()
+    src = "(loss / n).backward()\nloss.backward()\ntx = optax.MultiSteps(sgd, every_k_schedule=n)\n"
+    (tmp_path / "torch_impl" / "demo.py").write_text(src, encoding="utf-8")
+    found = [(s.construct, s.original, s.replacement, s.kind) for s in selfcheck.find_sites(tmp_path)]
+    assert found == [
+        ("(loss / n).backward()", "loss / n", "(loss)", "arith"),
+        ("every_k_schedule= (optax.MultiSteps accumulation)", "n", "1", "arith"),
+    ]

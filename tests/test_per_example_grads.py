@@ -11,6 +11,7 @@ import torch
 from conftest import case_result
 
 from jax_impl import per_example_grads as jp
+from shared.apps import selfcheck
 from shared.core import fixtures
 from shared.core.oracle import fd_grad
 from shared.scenarios.per_example_grads import PARAMS, example_grads
@@ -105,3 +106,16 @@ def test_torch_per_example_and_dp_gradients_carry_no_graph() -> None:
     assert not any(g.requires_grad for g in dp.values())
     out = tp.run(fx, "dp_sgd")
     assert out["dp_grads/l2/bias"].dtype == np.float32
+
+
+def test_selfcheck_finds_the_per_example_sites(tmp_path) -> None:
+    """functional_call -> the module's own parameters; l2_norm_clip -> inf (no clipping): each a mutant."""
+    for side in ("torch_impl", "jax_impl"):
+        (tmp_path / side).mkdir()
+    src = "p = torch.func.functional_call(m, params, (x[None],))\nc = clip(g, l2_norm_clip=c)\n"
+    (tmp_path / "torch_impl" / "demo.py").write_text(src, encoding="utf-8")
+    found = [(s.construct, s.original, s.replacement) for s in selfcheck.find_sites(tmp_path)]
+    assert found == [
+        ("functional_call(model, params, args)", "torch.func.functional_call(m, params, (x[None],))", "m(x[None])"),
+        ("l2_norm_clip= (per-example clipping)", "c", 'float("inf")'),
+    ]

@@ -11,6 +11,7 @@ import torch
 from conftest import case_result
 
 from jax_impl import reinforce_baseline as jr
+from shared.apps import selfcheck
 from shared.core import fixtures
 from shared.scenarios.reinforce_baseline import PARAMS, mlp
 from torch_impl import reinforce_baseline as tr
@@ -75,3 +76,16 @@ def test_baselines_of_shape_t1_are_refused(impl) -> None:
         impl.discounted_returns(baselines, 0.9)
     with pytest.raises(ValueError, match="variant expected one of"):
         impl.reinforce_losses(logits, returns, actions, returns, 0.9, "stopped")
+
+
+def test_selfcheck_finds_rlax_stop_flags(tmp_path) -> None:
+    """rlax's use_stop_gradient / stop_target_gradients are stops: True -> False, a switch inverted."""
+    for side in ("torch_impl", "jax_impl"):
+        (tmp_path / side).mkdir()
+    src = "a = rlax.policy_gradient_loss(l, a, adv, w, use_stop_gradient=stop)\nb = f(x, stop_target_gradients=True)\n"
+    (tmp_path / "jax_impl" / "demo.py").write_text(src, encoding="utf-8")
+    found = [(s.construct, s.original, s.replacement) for s in selfcheck.find_sites(tmp_path)]
+    assert found == [
+        ("use_stop_gradient=<switch> (rlax's stop)", "stop", "not (stop)"),
+        ("stop_target_gradients=True (rlax's stop)", "True", "False"),
+    ]

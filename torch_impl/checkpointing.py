@@ -92,6 +92,7 @@ def saved_activation_bytes(fx, variant: str) -> int:
 
     What checkpointing trades for recomputation: the block's internals are not kept. For the bench.
     """
+    check_variant("checkpointing", variant)
     model = build_model(fx)
     saved: list[torch.Tensor] = []
 

@@ -55,6 +55,7 @@ def init_params(fx, variant: str) -> dict[str, np.ndarray]:
 
 def build_model(fx, variant: str) -> MLP:
     """An MLP starting from init_params (the layout conversion is _layout's)."""
+    check_variant("p18_default_init", variant)
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(MLP(d, h, o, getattr(torch, fx.dtype)), init_params(fx, variant))
 

@@ -97,6 +97,7 @@ def build_agent(fx) -> SAC:
 
 def q_targets(model: SAC, batch: dict, consts: dict, variant: str) -> torch.Tensor:
     """y [B] = r + γ(1 − done)(min_i Q_i′(s′, a′) − α·log π(a′|s′)): a constant for the critics."""
+    check_variant("sac", variant)
     with torch.no_grad():  # GRAD-FLOW: the TD target is a constant for the critics
         alpha = model.log_alpha.exp()
         next_action, next_log_pi = model.actor.get_action(
