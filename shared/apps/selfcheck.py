@@ -153,6 +153,22 @@ class _Finder(ast.NodeVisitor):
         elif name.endswith(("funcol.all_reduce", "_functional_collectives.all_reduce")) and node.args:
             # the autograd-aware all-reduce: without it each rank keeps its own share
             self._add(node, "funcol.all_reduce(x)", f"({self._text(node.args[0])})")
+        elif name in ("checkpoint", "torch.utils.checkpoint.checkpoint") and len(node.args) >= 2:
+            # activation checkpointing removed: the block runs plainly (same values, everything kept for backward)
+            args = ", ".join(self._text(a) for a in node.args[1:])
+            self._add(node, "torch checkpoint(f, *args)", f"{self._text(node.args[0])}({args})")
+        elif name in ("nnx.remat", "jax.checkpoint", "jax.remat") and len(node.args) == 1 and not node.keywords:
+            self._add(node, f"{name}(f)", f"({self._text(node.args[0])})")  # rematerialisation removed
+        elif name.endswith("functional_call") and len(node.args) == 3:
+            # the module's own parameters instead of the ones differentiated: their gradient becomes 0
+            inputs = node.args[2]
+            args = (
+                ", ".join(self._text(e) for e in inputs.elts) if isinstance(inputs, ast.Tuple) else self._text(inputs)
+            )
+            self._add(node, "functional_call(model, params, args)", f"{self._text(node.args[0])}({args})")
+        elif attr == "backward" and isinstance(node.func.value, ast.BinOp) and isinstance(node.func.value.op, ast.Div):  # type: ignore[attr-defined]
+            # gradient accumulation: (loss / n).backward() -> (loss).backward(), n micro-batches summed
+            self._add(node.func.value, "(loss / n).backward()", f"({self._text(node.func.value.left)})", "arith")  # type: ignore[attr-defined]
         elif self.in_backward and attr in ("clip", "clamp") and isinstance(node.func, ast.Attribute):
             # g.clamp(lo, hi) -> g; jnp.clip(g, lo, hi) -> g: the cotangent passes unclipped
             module_call = _dotted(node.func.value) in ("jnp", "np", "numpy", "torch", "jax.numpy") and node.args
@@ -174,6 +190,18 @@ class _Finder(ast.NodeVisitor):
                 self._add(kw.value, f"{kw.arg}=True", "False")  # DDP no longer told about unused parameters
             elif kw.arg == "axis_name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
                 self._add(kw.value, "axis_name='data' (statistics over the devices)", "None")
+            elif kw.arg == "use_reentrant" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, bool):
+                self._add(kw.value, f"use_reentrant={kw.value.value}", str(not kw.value.value))
+            elif kw.arg == "use_reentrant":
+                self._add(kw.value, "use_reentrant=<switch>", f"not ({self._text(kw.value)})")
+            elif kw.arg in ("use_stop_gradient", "stop_target_gradients") and _is_true(kw.value):
+                self._add(kw.value, f"{kw.arg}=True (rlax's stop)", "False")
+            elif kw.arg in ("use_stop_gradient", "stop_target_gradients") and not isinstance(kw.value, ast.Constant):
+                self._add(kw.value, f"{kw.arg}=<switch> (rlax's stop)", f"not ({self._text(kw.value)})")
+            elif kw.arg == "l2_norm_clip":
+                self._add(kw.value, "l2_norm_clip= (per-example clipping)", 'float("inf")', "arith")
+            elif kw.arg == "every_k_schedule":
+                self._add(kw.value, "every_k_schedule= (optax.MultiSteps accumulation)", "1", "arith")
             elif kw.arg == "hard" and isinstance(kw.value, ast.Constant) and kw.value.value is True:
                 self._add(kw.value, "hard=True (straight-through sample)", "False")
             elif kw.arg == "hard" and not isinstance(kw.value, ast.Constant):
