@@ -202,7 +202,8 @@ def test_budget_shares_what_is_left_between_phases_and_items() -> None:
     assert end - time.monotonic() == pytest.approx(25.0, abs=0.5)  # a quarter of what is left
     assert b.item(5) - time.monotonic() == pytest.approx(5.0, abs=0.5)  # a fifth of the phase per item
     assert b.phase("two") - time.monotonic() == pytest.approx(100.0, abs=0.5)  # the last phase gets the rest
-    assert 0 < b.left() <= 100 and b.elapsed() >= 0
+    assert 0 < b.left() <= 100 and b.elapsed() >= 0 and not b.over()
+    assert not bench.Budget(0.01, {}).over()  # spent at once, but overrun only past its grace of 5 s
     for bad in (0, -1.0, float("inf"), True):
         with pytest.raises(ValueError, match="budget: total_s expected a finite number of seconds > 0"):
             bench.Budget(bad, {})
@@ -586,32 +587,63 @@ def test_a_worker_whose_parent_is_already_gone_exits_at_once() -> None:
 
 
 def test_a_tiny_time_budget_still_gives_a_complete_payload_with_fewer_rounds(tmp_path: Path, capsys) -> None:
-    """--budget 1: spent before the worker has started; every timing keeps MIN_ROUNDS, compiles are skipped, and it says so."""
+    """--budget 1: spent before the worker has started; every timing keeps MIN_ROUNDS, no tuned column compiles,
+    what can be left out once the grace is overrun is skipped, the payload stays schema-valid, and it says so."""
     path = tmp_path / "capped.json"
     argv = ["bench", "basics", "frozen_backbone", "--quick", "--repeats", "50", "--budget", "1", "--threads", "1"]
     assert cli.main([*argv, "--quiet", "--json", str(path)]) == 0
     payload = json.loads(path.read_text(encoding="utf-8"))
     bench.check_payload(payload)  # complete and schema-valid
-    assert payload["settings"]["budget_s"] == 1.0 and list(payload["scenarios"]) == ["basics", "frozen_backbone"]
+    skipped = payload.get("skipped", {})
+    assert payload["settings"]["budget_s"] == 1.0 and payload["settings"]["skipped"] == len(skipped)
+    assert list(payload["scenarios"])[0] == "basics"  # the first row is never skipped: it makes the payload
+    assert set(payload["scenarios"]) | {k.split("/")[1] for k in skipped if k.startswith("scenarios/")} == {
+        "basics",
+        "frozen_backbone",
+    }
     capped = bench.capped_timings(payload)
     assert payload["settings"]["capped"] == len(capped) > 0 and "basics torch" in capped
     for row in payload["scenarios"].values():
         assert all(row[c]["n"] == bench.MIN_ROUNDS and row[c]["capped"] for c in bench.COLUMNS if c in row)
-        assert row["unavailable"]["torch_compile"].startswith("not compiled: the time budget (--budget) was spent")
-    fb = payload["scenarios"]["frozen_backbone"]["unavailable"]
-    assert fb["jax_cached"] == fb["jax_split"] == fb["torch_compile"]  # no tuned column compiles past the budget
-    assert all(r["n"] == bench.MIN_ROUNDS for r in payload["freezing"]["torch"].values())  # the lesson is kept
-    assert "large" not in payload and payload["skipped"] == {  # the large sizes go first when time runs out
-        "large/frozen_backbone": "skipped: the time budget (--budget) was spent before it started"
-    }
-    assert payload["settings"]["skipped"] == 1
+        assert all(why.startswith("not compiled: the time budget (--budget) was spent") or "already" in why
+                   for why in row["unavailable"].values())  # fmt: skip
+    if "freezing" in payload:  # started within the grace: the lesson is kept, with the fewest rounds
+        assert all(r["n"] == bench.MIN_ROUNDS for r in payload["freezing"]["torch"].values())
+    else:
+        assert skipped["freezing"] == bench_worker.OVER
+    assert "large" not in payload and skipped["large/frozen_backbone"] == bench_worker.SPENT  # the large sizes go first
     out = " ".join(capsys.readouterr().out.split())
     assert f"time cap: {len(capped)} timing(s) got fewer than 50 rounds (at least {bench.MIN_ROUNDS})" in out
-    assert "No CUDA GPU was available" in out
+    assert "No CUDA GPU was available" in out and f"large/frozen_backbone: {bench_worker.SPENT}" in out
     md = bench.markdown(payload)
     assert f"{len(capped)} timing(s) got fewer rounds than 50: the time budget ran out." in md
-    assert "- `large/frozen_backbone`: skipped: the time budget (--budget) was spent before it started" in md
-    assert "large/frozen_backbone: skipped" in out
+    assert all(f"- `{key}`: {why}" in md for key, why in skipped.items())
+
+
+def test_past_the_grace_rows_are_skipped_but_never_the_first(monkeypatch) -> None:
+    class Spent:
+        def left(self) -> float:
+            return 0.0
+
+        def over(self) -> bool:
+            return True
+
+        def item(self, items_left: int) -> float:
+            return 0.0
+
+    class Quiet:
+        def step(self, text: str) -> None:
+            pass
+
+    made = []
+    monkeypatch.setattr(bench_worker, "step_row", lambda fx, *a: made.append(fx.scenario) or {"dims": None})
+    errors, skipped = {}, {}
+    names = ["basics", "linear_regression", "frozen_backbone"]
+    rows = bench_worker._rows(names, "scenarios", bench.SIZES["quick"], 2, Spent(), Quiet(), errors, skipped)
+    assert list(rows) == made == ["basics"] and not errors
+    assert skipped == {f"scenarios/{n}": bench_worker.OVER for n in names[1:]}
+    rows = bench_worker._rows(["frozen_backbone"], "large", bench.SIZES["quick"], 2, Spent(), Quiet(), errors, skipped)
+    assert rows == {} and skipped["large/frozen_backbone"] == bench_worker.SPENT
 
 
 class _Fake:

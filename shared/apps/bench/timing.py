@@ -13,10 +13,11 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-__all__ = ["NOISY", "MIN_ROUNDS", "Budget", "first_call", "interleaved", "slope"]
+__all__ = ["NOISY", "MIN_ROUNDS", "GRACE", "Budget", "first_call", "interleaved", "slope"]
 
 NOISY = 0.25  # a step whose interquartile range exceeds this fraction of its median is flagged noisy
 MIN_ROUNDS = 3  # rounds kept even past a deadline: a median and quartiles of fewer mean little
+GRACE = 0.1  # past the budget by this fraction of it (5 s at least), work that can be left out is skipped
 
 
 class Budget:
@@ -24,7 +25,11 @@ class Budget:
 
     A phase gets its weight's share of what is left when it starts (time a phase leaves
     unused, or overruns, moves to the phases after it); each item of a phase gets an equal
-    share of what the phase has left when the item starts. Seconds are time.monotonic().
+    share of what the phase has left when the item starts. Once the budget is spent (left()
+    is 0) the work still done is the minimum (MIN_ROUNDS, no compiles of optional columns);
+    once it is overrun by its grace (`over()`), what can be left out is skipped: a machine
+    loaded far beyond its cores cannot hold the command past end + grace + one item.
+    Seconds are time.monotonic().
     Raises ValueError unless total_s is a finite number > 0.
     """
 
@@ -40,6 +45,10 @@ class Budget:
     def left(self) -> float:
         """Seconds of the whole budget left (0 once spent)."""
         return max(0.0, self.end - time.monotonic())
+
+    def over(self) -> bool:
+        """Whether the budget is overrun by its grace: GRACE of it, 5 s at least."""
+        return time.monotonic() > self.end + max(5.0, GRACE * self.total_s)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.start

@@ -33,6 +33,7 @@ __all__ = ["WEIGHTS", "SPENT", "available_cpus", "exit_with_parent", "pin", "mai
 # each phase's share of the budget left when it starts (phases absent from a run drop out)
 WEIGHTS = {"overhead": 0.02, "scenarios": 0.33, "freezing": 0.12, "tbptt": 0.18, "large": 0.35}
 SPENT = "skipped: the time budget (--budget) was spent before it started"
+OVER = "skipped: the time budget (--budget) and its grace were overrun before it started"
 # at a large size the per-call overhead that cached_partial removes is dwarfed by arithmetic; its compile is not
 LARGE_LEAVE_OUT = {"jax_cached": "not measured at the large size: it removes per-call overhead (see the fixture size)"}
 
@@ -100,16 +101,17 @@ def _rows(names, section, sizes, repeats, budget, progress, errors, skipped) -> 
     """The step rows of one section ("scenarios": fixture size, "large": sizes["large"]).
 
     Each row gets an equal share of the phase; a large row that starts once the whole budget
-    is spent is skipped (the fixture-size rows never are: they make the payload); a row whose
-    plain step fails is recorded in errors, and the others go on.
+    is spent is skipped, a fixture-size row once it is overrun (budget.over()), the first row
+    never (it makes the payload); a row whose plain step fails is recorded in errors, and the
+    others go on.
     """
     rows = {}
     for i, name in enumerate(names):
         spec = registry.get(name)
         progress.step(f"{name} ({'fixture size' if section == 'scenarios' else 'large'})")
         deadline = budget.item(len(names) - i)
-        if section == "large" and budget.left() == 0:
-            skipped[f"large/{name}"] = SPENT
+        if budget.left() == 0 if section == "large" else budget.over() and rows:
+            skipped[f"{section}/{name}"] = SPENT if section == "large" else OVER
             continue
         if section == "scenarios":
             fx = make(name, "float32", seed=0, case=spec.cases[0])
@@ -168,8 +170,13 @@ def main(config: Mapping, out_path: str) -> None:
         if config["freezing"]:  # the lessons (C16, C11) before the large sizes: those go first when time runs out
             budget.phase("freezing")
             progress.step("frozen_backbone at bench size (C16)")
-            payload["freezing"] = freezing_section(sizes["freezing"], repeats, target_s, budget.item(1))
-        if config["tbptt"]:
+            if budget.over():
+                skipped["freezing"] = OVER
+            else:
+                payload["freezing"] = freezing_section(sizes["freezing"], repeats, target_s, budget.item(1))
+        if config["tbptt"] and budget.over():
+            skipped["tbptt_memory"] = OVER
+        elif config["tbptt"]:
             budget.phase("tbptt")
 
             def keep(t_steps: int, done: int) -> bool:  # two lengths at least: a growth needs two points
