@@ -127,6 +127,7 @@ def test_a_killed_parent_leaves_no_orphan() -> None:
     finally:
         parent.send_signal(signal.SIGKILL)  # no atexit, no finally: the ranks must notice alone
         parent.wait(timeout=30)
+        parent.stdout.close()
     assert not _wait_gone(pids), f"ranks {pids} outlived their killed parent"
 
 
