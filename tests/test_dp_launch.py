@@ -116,19 +116,21 @@ def test_a_killed_parent_leaves_no_orphan() -> None:
         "import json, sys, time\n"
         "from shared.core import launch\n"
         f"r = launch.Ranks({RANK!r}, 2).start()\n"
-        "print(json.dumps(r.pids), flush=True)\n"
+        "print(json.dumps([r.pids, str(r.dir)]), flush=True)\n"
         "time.sleep(600)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT)])}
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env, cwd=ROOT, text=True)
     try:
-        pids = json.loads(parent.stdout.readline())
-        assert len(pids) == 2 and not any(_gone(p) for p in pids)
+        pids, folder = json.loads(parent.stdout.readline())
+        assert len(pids) == 2 and not any(_gone(p) for p in pids) and Path(folder).is_dir()
     finally:
         parent.send_signal(signal.SIGKILL)  # no atexit, no finally: the ranks must notice alone
         parent.wait(timeout=30)
         parent.stdout.close()
     assert not _wait_gone(pids), f"ranks {pids} outlived their killed parent"
+    launch.Ranks(RANK, 1).start().close()  # the next start removes the dead owner's folder
+    assert not Path(folder).exists()
 
 
 def test_pool_reuses_running_ranks_and_replaces_failed_ones(fx) -> None:

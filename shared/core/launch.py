@@ -13,7 +13,8 @@ over pipes and ends them. Its promises:
   * a rank that does not answer in time fails the case with a RankTimeout naming it;
   * a port found in use at the rendezvous (a rank's init raises PortInUse) is retried on a new port;
   * no orphan: ranks are killed on failure and at exit, and a rank whose parent died (even by
-    SIGKILL) sees its stdin close, or its parent pid change, and exits.
+    SIGKILL) sees its stdin close, or its parent pid change, and exits; the folder of a dead owner
+    (`detach-parity-ranks-<pid>-*` in the temporary directory) is removed by the next start.
 
 Parent side: `Ranks(module, world).start()`, `Ranks.run(scenario, fx, variant)`, `Ranks.close()`,
 `pool()`. Rank side: `serve(init, run)`, the main loop of `python -m <module>`. Fixtures travel as
@@ -174,7 +175,8 @@ class Ranks:
         """
         if self.procs:
             raise RankError(f"{self.label}: already started (pids {self.pids})")
-        self.dir = Path(tempfile.mkdtemp(prefix="detach-parity-ranks-"))
+        _sweep()
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
         for _ in range(self.attempts):
             port = int(self.ports())
             self.ports_tried.append(port)
@@ -396,6 +398,27 @@ class Ranks:
 
     def __repr__(self) -> str:
         return f"Ranks({self.module!r}, world={self.world}, port={self.port}, pids={self.pids})"
+
+
+_PREFIX = "detach-parity-ranks-"  # + the owner's pid: the folder of one Ranks, with its logs and job files
+
+
+def _sweep() -> None:
+    """Remove the folders of Ranks whose owner died without closing them (SIGKILL, a forked child's os._exit)."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
+        owner = folder.name[len(_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and folder.is_dir() and not _alive(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)  # a live owner's, or a name not ours: never touched
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: a question, not a signal
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
 
 
 def _failed(message: dict) -> bool:
