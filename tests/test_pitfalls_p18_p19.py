@@ -48,7 +48,7 @@ def test_p18_noise_maps_are_the_libraries_initialisers() -> None:
 
 def test_p18_how_much_the_default_distributions_differ() -> None:
     """torch: weight and bias U(±1/√n), std 1/√(3n); NNX: kernel std 1/√n (√3 ≈ 1.73× wider), bias exactly 0."""
-    n = 512
+    n = 256
     torch.manual_seed(0)
     t = torch.nn.Linear(n, n)
     j = nnx.Linear(n, n, rngs=nnx.Rngs(0))
