@@ -490,6 +490,32 @@ def _jit_or_eager(fn: Callable, *args):
         return fn(*args)
 
 
+def _copy(state):
+    # new Variable objects over the same values: two nnx.merge of one state share its Variables, so a
+    # recorded forward on the copy would update the BatchStats of the model too
+    return jax.tree.map(lambda x: x, state)
+
+
+def _recorded(probe, loss_fn: Callable, b) -> tuple[jax.Array, dict]:
+    """The loss of one forward of `probe` (a copy), with every submodule's output recorded."""
+    outputs, leaf = {}, jax.tree.leaves(b)[0]
+    with _recording(probe, outputs, getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None):
+        first = _scalar(loss_fn(probe, b), "jax_loss")
+    return first, outputs
+
+
+def _run(first, outputs, loss, grads, trainable: set[str]) -> dict:
+    if not np.allclose(np.asarray(first), np.asarray(loss), rtol=1e-6, atol=0, equal_nan=True):
+        raise ValueError(f"jax_loss: two calls gave {float(first)!r} and {float(loss)!r}: random in the forward?")
+    grads = {_key(p): np.asarray(v.get_value()) for p, v in grads.flat_state()}
+    return {
+        "loss": np.asarray(loss),
+        "outputs": {k: [[np.asarray(a) for a in call] for call in v] for k, v in outputs.items()},
+        "grads": grads,
+        "trainable": {k: k in trainable for k in grads},
+    }
+
+
 def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, wrt=nnx.Param, knob=None) -> dict:
     """One forward with every submodule's output recorded, then the loss and its gradient (each jitted).
 
@@ -509,12 +535,7 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
 
         def forward_and_gradient(state, b):
             # one compile: the recorded forward runs on its own copy, the gradient's updates the BatchStats once
-            probe, outputs = nnx.merge(graphdef, state), {}
-            leaf = jax.tree.leaves(b)[0]
-            with _recording(
-                probe, outputs, getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None
-            ):
-                first = _scalar(loss_fn(probe, b), "jax_loss")
+            first, outputs = _recorded(nnx.merge(graphdef, _copy(state)), loss_fn, b)
             m = nnx.merge(graphdef, state)
             loss, grads = nnx.value_and_grad(lambda m: _scalar(loss_fn(m, b), "jax_loss"))(m)
             return first, outputs, loss, grads, nnx.state(m)
@@ -523,16 +544,7 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
             lambda m, b: _jit_or_eager(forward_and_gradient, state, b), model, b, "jax_loss"
         )
         nnx.update(model, after)  # the BatchStats the forward updated, as torch's buffers
-        if not np.allclose(np.asarray(first), np.asarray(loss), rtol=1e-6, atol=0, equal_nan=True):
-            raise ValueError(f"jax_loss: two calls gave {float(first)!r} and {float(loss)!r}: random in the forward?")
-        trainable = {_key(p) for p, _ in nnx.state(model, wrt).flat_state()}
-        grads = {_key(p): np.asarray(v.get_value()) for p, v in grads.flat_state()}
-        return {
-            "loss": np.asarray(loss),
-            "outputs": {k: [[np.asarray(a) for a in call] for call in v] for k, v in outputs.items()},
-            "grads": grads,
-            "trainable": {k: k in trainable for k in grads},
-        }
+        return _run(first, outputs, loss, grads, {_key(p) for p, _ in nnx.state(model, wrt).flat_state()})
 
 
 def train(
@@ -545,11 +557,14 @@ def train(
         leaves): nnx.Optimizer(model, tx, wrt=filter); frozen leaves get no gradient and no update.
       step: instead, the user's step(model, batch) -> loss (several optimizers, a target update).
     Returns:
-      [{"loss": 0-d array, "values": {NNX path: array}}] * k.
+      [{"loss": 0-d array, "values": {NNX path: array}}] * k; with an optimizer, the first step also
+      holds "run": what run_loss returns for the starting model (the same compiled function: one
+      compile for the gradients, the outputs and the update).
     """
     with numerics(dtype), _knob(knob):
         b = _batch(batch)
         name = "jax_step" if step is not None else "jax_loss"
+        runs = []
         if step is None:
             pair = isinstance(optimizer, tuple) and not isinstance(optimizer, optax.GradientTransformation)
             tx, wrt = optimizer if pair else (optimizer, nnx.Param)
@@ -558,17 +573,21 @@ def train(
             # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
             opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
             graphdef, state = nnx.split((model, opt))
+            trainable = {_key(p) for p, _ in nnx.state(model, wrt).flat_state()}
 
             @functools.partial(jax.jit, compiler_options=_FAST)
             def update(state, batch):
                 m, o = nnx.merge(graphdef, state)
+                first, outputs = _recorded(nnx.merge(graphdef, _copy(state))[0], loss_fn, batch)
+                loss, grads = nnx.value_and_grad(loss_fn)(m, batch)  # every nnx.Param: a stop shows as exact zeros
                 # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
-                loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, wrt))(m, batch)
-                o.update(m, grads)
-                return loss, nnx.state((m, o))
+                o.update(m, grads.filter(wrt))
+                return loss, (first, outputs, loss, grads), nnx.state((m, o))
 
             def step(m, batch):
-                loss, after = update(nnx.state((m, opt)), batch)
+                loss, run, after = update(nnx.state((m, opt)), batch)
+                if not runs:
+                    runs.append(_run(*run, trainable))
                 nnx.update((m, opt), after)
                 return loss
 
@@ -576,4 +595,6 @@ def train(
         for _ in range(k):
             loss = _scalar(_call(step, model, b, name), name)
             out.append({"loss": np.asarray(loss), "values": native(model)})
+        if out and runs:
+            out[0]["run"] = runs[0]
         return out

@@ -385,23 +385,33 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
     Raises:
       ValueError: the loss raised or is not a scalar.
     """
-    outputs: dict[str, list] = {}
+    with numerics(dtype), _knob(model, knob):
+        return _run(model, _batch(batch), loss_fn)
 
+
+@contextlib.contextmanager
+def _hooks(model: nn.Module, outputs: dict[str, list]) -> Iterator[None]:
     def hook(name: str):
         return lambda module, args, out: outputs.setdefault(name, []).append(_arrays(out))
 
-    with numerics(dtype), _knob(model, knob):
-        b = _batch(batch)
-        handles = [sub.register_forward_hook(hook(_key(p))) for p, sub in model.named_modules()]
-        try:
-            loss = _scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")
-        finally:
-            for h in handles:
-                h.remove()
-        if loss.requires_grad:  # a loss computed from stopped values only has no graph: every .grad stays None
-            loss.backward()
-        grads, trainable = _grads(model)
-        return {"loss": loss.detach().numpy().copy(), "outputs": outputs, "grads": grads, "trainable": trainable}
+    handles = [sub.register_forward_hook(hook(_key(p))) for p, sub in model.named_modules()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable | None = None) -> dict:
+    outputs: dict[str, list] = {}
+    with _hooks(model, outputs):
+        loss = _scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")
+    if loss.requires_grad:  # a loss computed from stopped values only has no graph: every .grad stays None
+        loss.backward()
+    grads, trainable = _grads(model)
+    if after_backward:
+        after_backward()
+    return {"loss": loss.detach().numpy().copy(), "outputs": outputs, "grads": grads, "trainable": trainable}
 
 
 def train(
@@ -413,7 +423,9 @@ def train(
       optimizer: a factory params -> torch.optim.Optimizer, called once with model.parameters().
       step: instead, the user's step(model, batch) -> loss (several optimizers, a target update).
     Returns:
-      [{"loss": 0-d array, "values": {unit: {leaf: canonical array}}}] * k.
+      [{"loss": 0-d array, "values": {unit: {leaf: canonical array}}}] * k; with an optimizer, the
+      first step also holds "run": what run_loss returns for the starting model (the same forward
+      and backward the first update uses).
     """
     with numerics(dtype), _knob(model, knob):
         b = _batch(batch)
@@ -433,14 +445,20 @@ def train(
 
             def step(m, batch):
                 opt.zero_grad(set_to_none=True)
+                if not runs:  # the first step, recorded: outputs and .grad before the update
+                    runs.append(_run(m, batch, loss_fn, after_backward=opt.step))
+                    return torch.from_numpy(runs[0]["loss"])
                 loss = _scalar(loss_fn(m, batch), "torch_loss")
                 # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
                 loss.backward()
                 opt.step()
                 return loss
 
+        runs: list[dict] = []
         out = []
         for _ in range(k):
             loss = _scalar(_call(step, model, b, name), name)
             out.append({"loss": loss.detach().numpy().copy(), "values": read(model)})
+        if out and runs:
+            out[0]["run"] = runs[0]
         return out

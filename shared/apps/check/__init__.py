@@ -85,28 +85,27 @@ def transfer_back(jax_model, torch_model, mapping: Mapping[str, str] | None = No
         raise PortInputError(f"transfer_back: {exc}") from None
 
 
-def bench_one_million(steps: int = 5) -> dict:
-    """Check the 1 M-parameter worked transformer port (float64 + float32 + K steps); its timings.
+def bench_one_million(steps: int = 5, name: str = "transformer") -> dict:
+    """Check the 1 M-parameter worked port (float64 + float32 + K steps) and time it, for the bench.
 
-    For the bench (shared/apps/bench): returns {"parameters", "seconds" per stage, "ok"}.
+    Returns {"model", "parameters", "steps", "seconds": {"float64", "float32", "diagnosis", "total"},
+    "cpu_seconds", "ok"}: wall-clock seconds per stage, and the process's CPU seconds (on a busy
+    machine the wall clock measures the neighbours too).
     """
     import time
 
-    T, J = impl("torch", "port").worked_port("transformer"), impl("jax", "port").worked_port("transformer")
-    case = T.case(size="1m")
-    start = time.perf_counter()
-    report = check_port(
-        case["torch_model"],
-        J.port(case["torch_model"], "correct"),
-        case["batch"],
-        torch_loss=T.loss,
-        jax_loss=J.loss,
-        torch_optimizer=T.optimizer,
-        jax_optimizer=J.optimizer("correct"),
-        steps=steps,
-    )
+    from shared.apps.check.ports import case
+
+    args = case(name, "correct", size="1m")
+    parameters = sum(int(v.size) for v in impl("jax", "port").native(args["jax_model"]).values())
+    cpu = time.process_time()
+    model_t, model_j, batch = args.pop("torch_model"), args.pop("jax_model"), args.pop("batch")
+    report = check_port(model_t, model_j, batch, steps=steps, **args)
     return {
-        "parameters": case["parameters"],
-        "seconds": {**report.seconds, "wall": time.perf_counter() - start},
+        "model": name,
+        "parameters": parameters,
+        "steps": steps,
+        "seconds": dict(report.seconds),
+        "cpu_seconds": time.process_time() - cpu,
         "ok": report.ok,
     }

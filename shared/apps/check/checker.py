@@ -108,29 +108,21 @@ class _Checker:
         if self.transfer:
             self._impl(J.load, jm, pl.to_jax(T.read(tm)), strict=False)
         p.actual = J.native(jm)
-        t0, j0 = T.copy_model(tm, dtype), J.copy_model(jm, dtype)  # the start of the K steps
+        t0, j0 = T.copy_model(tm, dtype), J.copy_model(jm, dtype)  # the start: one forward, then the K steps
         batch = _cast(self.batch, dtype)
-        p.torch = self._impl(T.run_loss, tm, batch, self.losses[0], dtype)
-        p.jax = self._impl(J.run_loss, jm, batch, self.losses[1], dtype, **({"wrt": self.wrt} if self.wrt else {}))
+        p.torch, p.torch_steps = self._torch_side(t0, j0, pl, batch, dtype)
+        p.jax, p.jax_steps = self._jax_side(j0, batch, dtype)
         self._torch_grads(p, jm, pl)
-        if self.k:
-            p.torch_steps = self._torch_train(t0, j0, pl, batch, dtype)
-            p.jax_steps = self._impl(J.train, J.copy_model(j0, dtype), batch, self.losses[1], dtype, self.optimizers[1],
-                                     self.user_steps[1], self.k)  # fmt: skip
 
         def replay(knob: str, side: str = "torch") -> Pass:
             q = Pass(dtype, p.expected, p.actual, p.sources, dropped=p.dropped)
             if side == "torch":
                 q.jax, q.jax_steps = p.jax, p.jax_steps
-                q.torch = self._impl(T.run_loss, T.copy_model(t0, dtype), batch, self.losses[0], dtype, knob=knob)
+                q.torch, q.torch_steps = self._torch_side(t0, j0, pl, batch, dtype, knob)
                 self._torch_grads(q, jm, pl)
-                q.torch_steps = self._torch_train(t0, j0, pl, batch, dtype, knob) if self.k else []
             else:
                 q.torch, q.torch_steps, q.torch_none = p.torch, p.torch_steps, p.torch_none
-                q.jax = self._impl(J.run_loss, J.copy_model(j0, dtype), batch, self.losses[1], dtype, knob=knob,
-                                   **({"wrt": self.wrt} if self.wrt else {}))  # fmt: skip
-                q.jax_steps = self._impl(J.train, J.copy_model(j0, dtype), batch, self.losses[1], dtype,
-                                         self.optimizers[1], self.user_steps[1], self.k, knob=knob) if self.k else []  # fmt: skip
+                q.jax, q.jax_steps = self._jax_side(j0, batch, dtype, knob)
             return q
 
         p.replay = replay
@@ -152,15 +144,32 @@ class _Checker:
     def _shape(self, unit: str, leaf: str) -> tuple:
         return next(tuple(u["leaves"][leaf]["shape"]) for u in self.structures[0]["units"] if u["path"] == unit)
 
-    def _torch_train(self, t0, j0, pl: Plan, batch, dtype, knob=None) -> list[dict]:
-        T = self.T
-        out = self._impl(T.train, T.copy_model(t0, dtype), batch, self.losses[0], dtype, self.optimizers[0],
-                         self.user_steps[0], self.k, knob=knob)  # fmt: skip
+    def _torch_side(self, t0, j0, pl: Plan, batch, dtype, knob=None) -> tuple[dict, list[dict]]:
+        """torch's forward, gradients and K steps from the start t0 (one run when an optimizer is given)."""
+        T, runs = self.T, []
+        if self.k:
+            runs = self._impl(T.train, T.copy_model(t0, dtype), batch, self.losses[0], dtype, self.optimizers[0],
+                              self.user_steps[0], self.k, knob=knob)  # fmt: skip
+        run = runs[0]["run"] if runs and "run" in runs[0] else None
+        if run is None:
+            run = self._impl(T.run_loss, T.copy_model(t0, dtype), batch, self.losses[0], dtype, knob=knob)
         steps = []
-        for s in out:
+        for s in runs:
             values, _, dropped = self._native(j0, pl, s["values"])
             steps.append({"loss": s["loss"], "values": values, "dropped": dropped})
-        return steps
+        return run, steps
+
+    def _jax_side(self, j0, batch, dtype, knob=None) -> tuple[dict, list[dict]]:
+        """JAX's forward, gradients and K steps from the start j0 (one compile when an optimizer is given)."""
+        J, steps = self.J, []
+        if self.k:
+            steps = self._impl(J.train, J.copy_model(j0, dtype), batch, self.losses[1], dtype, self.optimizers[1],
+                               self.user_steps[1], self.k, knob=knob)  # fmt: skip
+        run = steps[0].pop("run") if steps and "run" in steps[0] else None
+        if run is None:
+            wrt = {"wrt": self.wrt} if self.wrt else {}
+            run = self._impl(J.run_loss, J.copy_model(j0, dtype), batch, self.losses[1], dtype, knob=knob, **wrt)
+        return run, steps
 
 
 def check_port(

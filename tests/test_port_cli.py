@@ -1,0 +1,98 @@
+"""`detach-parity check FILE.py | WORKED[:VARIANT]`: exit 0 on a match, 1 on a mismatch with the bug named,
+2 on bad input; JSON on request; and the README's "check your own port in under ten lines" runs as written."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from shared.apps.cli import main
+
+# The README snippet: the Python API on one's own models (here the worked CNN port stands in for them).
+SNIPPET = """
+from shared.apps.check import check_port
+from torch_impl.ports import cnn as torch_cnn
+from jax_impl.ports import cnn as jax_cnn
+
+report = check_port(torch_cnn.build(), jax_cnn.build(**torch_cnn.SIZES["small"]), torch_cnn.batch(),
+                    torch_loss=torch_cnn.loss, jax_loss=jax_cnn.loss,
+                    torch_optimizer=torch_cnn.optimizer, jax_optimizer=jax_cnn.optimizer())
+print(report.table())  # float64 then float32: weights, outputs, loss, gradients, 5 optimizer steps
+assert report.ok, report.named()
+"""
+
+# FILE.py for the CLI: the names the README documents
+PORT_FILE = """
+from torch_impl.ports import cnn as torch_cnn
+from jax_impl.ports import cnn as jax_cnn
+
+torch_model = torch_cnn.build()
+jax_model = jax_cnn.build({variant!r}, **torch_cnn.SIZES["small"])
+batch = torch_cnn.batch()
+torch_loss, jax_loss = torch_cnn.loss, jax_cnn.loss
+torch_optimizer, jax_optimizer = torch_cnn.optimizer, jax_cnn.optimizer()
+"""
+
+
+def test_readme_snippet_runs_as_written(capsys) -> None:
+    assert len(SNIPPET.strip().splitlines()) <= 10
+    exec(compile(SNIPPET, "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert "verdict: the port matches" in out and "float32" in out
+
+
+def test_file_that_matches_exits_0_and_writes_json(tmp_path, capsys) -> None:
+    port = tmp_path / "my_port.py"
+    port.write_text(PORT_FILE.format(variant="correct"))
+    out = tmp_path / "report.json"
+    assert main(["check", str(port), "--steps", "1", "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["ok"] and payload["settings"]["steps"] == 1 and payload["failed"] == [] and payload["compared"] > 40
+    assert "verdict: the port matches" in capsys.readouterr().out
+
+
+def test_a_buggy_port_exits_1_and_names_the_bug(tmp_path, capsys) -> None:
+    port = tmp_path / "my_port.py"
+    port.write_text(PORT_FILE.format(variant="bn_biased_var"))
+    assert main(["check", str(port), "--steps", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "[P06] BatchNorm running variance biased" in out and "confirmed" in out and "the port DIFFERS" in out
+
+
+def test_a_worked_port_by_name(capsys) -> None:
+    assert main(["check", "cnn:fc_layout", "--steps", "0"]) == 1
+    out = capsys.readouterr().out
+    assert "[P07]" in out and "fc/kernel equals the transpose" in out
+
+
+@pytest.mark.parametrize(
+    ("text", "argv", "message"),
+    [
+        (None, ["check", "missing.py"], "FILE expected a Python file (.py) or one of ['cnn', 'gru', 'transformer']"),
+        (None, ["check", "cnn:nope"], "worked port cnn: variant expected one of ['correct'"),
+        (None, ["check", "mlp"], "worked port: expected one of ['cnn', 'gru', 'transformer'], got 'mlp'"),
+        ("torch_model = 1\n", ["check", "{file}"], "expected the names ['torch_model', 'jax_model', 'batch'"),
+        ("raise RuntimeError('boom')\n", ["check", "{file}"], "running it raised RuntimeError: boom"),
+        (
+            PORT_FILE.format(variant="correct")
+            + "import numpy as np\nbatch = {'image': batch['image'] * np.nan, 'label': batch['label']}\n",
+            ["check", "{file}"],
+            "batch['image']: expected finite values",
+        ),
+        (None, ["check", "cnn", "--steps", "-1"], None),
+    ],
+)
+def test_bad_input_exits_2(tmp_path, capsys, text, argv, message) -> None:
+    port = tmp_path / "bad.py"
+    if text is not None:
+        port.write_text(textwrap.dedent(text))
+    argv = [a.format(file=port) for a in argv]
+    if message is None:  # argparse refuses the value itself
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+        return
+    assert main(argv) == 2
+    assert " ".join(message.split()) in " ".join(capsys.readouterr().err.split())  # the console may wrap it
