@@ -12,12 +12,10 @@ from flax import nnx
 from torch import nn
 
 from shared.apps.check import TOLERANCE, PortInputError, PortMismatch, assert_port_matches, check_port
-from shared.apps.check.ports import WORKED, case, check_worked, variants
+from shared.apps.check.ports import IN_STEPS, WORKED, case, check_worked, variants
 from shared.core.runner import impl
 
 BUGGY = [(name, v, pid) for name in WORKED for v, pid in variants(name).items() if pid]
-# bugs that show only in the optimizer steps (running statistics, weight decay); the rest show in one forward
-IN_STEPS = {"bn_momentum", "bn_biased_var", "embed_stop_gradient"}
 # the gradient-flow diff says it in words
 FLOW = {
     "embed_stop_gradient": "`embed/*`: torch None (requires_grad False), JAX zero but moved by the update: weight decay on a frozen leaf",
@@ -57,6 +55,18 @@ def test_each_buggy_port_is_named(name: str, variant: str, pitfall: str) -> None
     if variant == "nnx_gru_cell":
         assert report.dropped and "b_hn" in report.dropped[0] and "rnn.bias_hh_l0" in report.dropped[0]
         assert report.hints[0].confirmed and report.hints[0].pitfall == "P08"
+
+
+def test_every_knob_names_a_pitfall_with_a_page() -> None:
+    from shared.apps.check.diagnose import KNOB_PITFALL, page
+
+    knobs = {**impl("torch", "port_run").knobs(), **impl("jax", "port_run").knobs()}
+    assert {"gelu_tanh", "norm_eps", "bn_momentum", "mask_inverted", "adam_swapped", "attention_full_precision"} <= set(
+        knobs
+    )
+    for knob in knobs:
+        pitfall, title = KNOB_PITFALL[knob]
+        assert title and page(pitfall).endswith(".html"), knob
 
 
 def _snapshot(torch_model: nn.Module, jax_model: nnx.Module) -> dict:

@@ -217,6 +217,31 @@ def test_p09_gate_order_in_a_users_loader() -> None:
     assert "gate blocks are torch's in the order [0, 1, 3, 2]" in h.evidence
 
 
+# --- P05: a static convention in the two modules' settings (here with a second bug, so no replay fixes all) ------
+
+
+def test_p05_epsilon_settings_named_even_beside_another_bug() -> None:
+    class TLn(TLin):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = nn.LayerNorm(2)
+
+        def forward(self, x):
+            return self.ln(self.fc(x))
+
+    class JLn(JLin):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln = nnx.LayerNorm(2, rngs=nnx.Rngs(0))  # epsilon 1e-6
+
+        def __call__(self, x):
+            return 1.01 * self.ln(self.fc(x))  # and a second, unexplained difference
+
+    report = _check(TLn(), JLn(), XY, t_mse, j_mse)
+    assert not any(h.confirmed for h in report.hints)
+    assert any(h.pitfall == "P05" and "torch eps 1e-05, nnx epsilon 1e-06" in h.evidence for h in report.hints)
+
+
 # --- P10: torch Adam's weight decay is L2 in the gradient, optax.adamw's is decoupled -----------------------------
 
 

@@ -65,7 +65,8 @@ class _Checker:
             raise PortInputError("torch_optimizer / jax_optimizer: expected both or neither, got one")
         if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
             raise PortInputError(f"steps: expected an integer >= 0, got {steps!r}")
-        self.T, self.J = impl("torch", "port"), impl("jax", "port")
+        self.T, self.J = impl("torch", "port"), impl("jax", "port")  # layouts: read, write, convert
+        self.TR, self.JR = impl("torch", "port_run"), impl("jax", "port_run")  # runs: forward, gradients, steps
         for check, model in ((self.T.check_model, torch_model), (self.J.check_model, jax_model)):
             try:
                 check(model)
@@ -148,11 +149,11 @@ class _Checker:
         """torch's forward, gradients and K steps from the start t0 (one run when an optimizer is given)."""
         T, runs = self.T, []
         if self.k:
-            runs = self._impl(T.train, T.copy_model(t0, dtype), batch, self.losses[0], dtype, self.optimizers[0],
+            runs = self._impl(self.TR.train, T.copy_model(t0, dtype), batch, self.losses[0], dtype, self.optimizers[0],
                               self.user_steps[0], self.k, knob=knob)  # fmt: skip
         run = runs[0]["run"] if runs and "run" in runs[0] else None
         if run is None:
-            run = self._impl(T.run_loss, T.copy_model(t0, dtype), batch, self.losses[0], dtype, knob=knob)
+            run = self._impl(self.TR.run_loss, T.copy_model(t0, dtype), batch, self.losses[0], dtype, knob=knob)
         steps = []
         for s in runs:
             values, _, dropped = self._native(j0, pl, s["values"])
@@ -163,12 +164,12 @@ class _Checker:
         """JAX's forward, gradients and K steps from the start j0 (one compile when an optimizer is given)."""
         J, steps = self.J, []
         if self.k:
-            steps = self._impl(J.train, J.copy_model(j0, dtype), batch, self.losses[1], dtype, self.optimizers[1],
+            steps = self._impl(self.JR.train, J.copy_model(j0, dtype), batch, self.losses[1], dtype, self.optimizers[1],
                                self.user_steps[1], self.k, knob=knob)  # fmt: skip
         run = steps[0].pop("run") if steps and "run" in steps[0] else None
         if run is None:
             wrt = {"wrt": self.wrt} if self.wrt else {}
-            run = self._impl(J.run_loss, J.copy_model(j0, dtype), batch, self.losses[1], dtype, knob=knob, **wrt)
+            run = self._impl(self.JR.run_loss, J.copy_model(j0, dtype), batch, self.losses[1], dtype, knob=knob, **wrt)
         return run, steps
 
 

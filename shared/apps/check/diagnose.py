@@ -76,7 +76,7 @@ def _knobs(structures, steps: int) -> list[tuple[str, str]]:
         wanted.append(("adam_swapped", "torch"))
     jtypes = {m["type"] for m in structures[1]["modules"]}
     jax_knobs = [
-        k for k in impl("jax", "port").knobs() if k != "attention_full_precision" or "MultiHeadAttention" in jtypes
+        k for k in impl("jax", "port_run").knobs() if k != "attention_full_precision" or "MultiHeadAttention" in jtypes
     ]
     return wanted + [(k, "jax") for k in jax_knobs]
 
@@ -89,6 +89,7 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
     first = next(r for r in base if not r.ok and r.section != "weights")
     # a JAX-side precision replay costs new compiles: only for a float32-sized difference in float64
     rounding = 1e-9 < first.max_rel < 1e-5
+    described = {**impl("torch", "port_run").knobs(), **impl("jax", "port_run").knobs()}
     hints = []
     for knob, side in _knobs(structures, steps):
         if side == "jax" and not rounding:
@@ -103,14 +104,15 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
         if not fixed or broken:
             continue
         pitfall, title = KNOB_PITFALL[knob]
+        change = f"{side} changed ({knob}: " + "; ".join(described.get(k, k) for k in knob.split("+")) + ")"
         worst = max((r.used for r in rows if np.isfinite(r.used)), default=0.0)
         if not after:
-            ev = (f"with torch changed so ({knob}), all {len(rows)} float64 quantities match JAX "
+            ev = (f"with {change}, all {len(rows)} float64 quantities match "
                   f"(worst at {worst:.2g} of the tolerance); before: {len(failing)} differed, the first at "
                   f"{first.where} by {first.max_abs:.3g}")  # fmt: skip
             hints.append(_hint(pitfall, title, first.where, ev, confirmed=True))
         elif (first.section, first.step, first.key) in fixed:
-            ev = f"with torch changed so ({knob}), {len(fixed)} of {len(failing)} differences vanish, the first one included"
+            ev = f"with {change}, {len(fixed)} of {len(failing)} differences vanish, the first one included"
             hints.append(_hint(pitfall, title, first.where, ev))
     return hints
 
@@ -265,15 +267,6 @@ def _config_hints(structures, plan) -> list[Hint]:
             if not np.isclose(jc["momentum"], 1 - tc["momentum"]):
                 ev = f"torch momentum {tc['momentum']:g} (weight of the batch) ↔ nnx momentum {jc['momentum']:g} (weight of the old value): expected {1 - tc['momentum']:g}"
                 hints.append(_hint("P06", "BatchNorm momentum convention", where, ev))
-            if tc.get("training") and jc.get("use_running_average"):
-                hints.append(
-                    _hint(
-                        "P06",
-                        "BatchNorm mode",
-                        where,
-                        "torch in train mode (batch statistics), nnx use_running_average=True",
-                    )
-                )
         if tc.get("padding_idx") is not None and jm["type"] == "Embed":
             ev = f"torch Embedding(padding_idx={tc['padding_idx']}) never trains that row; nnx.Embed has no padding_idx"
             hints.append(_hint("P11", "embedding padding row: no gradient in torch, a gradient in JAX", where, ev))

@@ -12,9 +12,11 @@ from shared.apps.check.match import PortInputError
 from shared.apps.check.report import PortReport
 from shared.core.runner import impl
 
-__all__ = ["WORKED", "variants", "case", "check_worked", "parse"]
+__all__ = ["WORKED", "IN_STEPS", "variants", "case", "check_worked", "parse"]
 
 WORKED = ("cnn", "gru", "transformer")
+# the buggy ports whose bug shows only in the optimizer steps (running statistics, weight decay)
+IN_STEPS = {"bn_momentum", "bn_biased_var", "embed_stop_gradient"}
 
 
 def _modules(name: str):

@@ -296,6 +296,10 @@ def build(
             names = [p.spec.name for p in pages]
             (root / "bench.html").write_text(render_bench(env, bench_payload, root, names), encoding="utf-8")
         (root / "index.html").write_text(render_index(env, pages, seed, has_bench), encoding="utf-8")
+        if not scenarios:  # the full site also checks the worked ports (shared/apps/site/ports.py)
+            from shared.apps.site.ports import write_ports
+
+            write_ports(root, env, echo)
         for i, page in enumerate(pages):
             prev = pages[i - 1] if i > 0 else None
             nxt = pages[i + 1] if i + 1 < len(pages) else None

@@ -1,0 +1,268 @@
+"""Port checker, JAX half, running: the user's NNX model on a batch (every submodule's output recorded,
+the loss, every gradient) and K optimizer steps; the mirror of torch_impl/port_run.py.
+
+What it does: the runs `detach-parity check` compares (shared/apps/check). One jitted function per
+dtype does the recorded forward, the gradient w.r.t. every nnx.Param and the optimizer update, so a
+check compiles once for the forward, the gradients and the K steps. `knobs` are counterfactuals on
+this side (jax.nn.dot_product_attention's float32 softmax; the default matmul precision off a CPU).
+Gradient flow: gradients w.r.t. every nnx.Param (a stop_gradient gives exact zeros); only the leaves
+in the optimizer's `wrt` filter are updated: the mirror of torch's requires_grad_(False).
+Port note: NNX has no forward hooks, and nnx.capture cannot record inside nnx.RNN's scan: the outputs
+are recorded by wrapping each module class's __call__ for one traced forward (only this model's
+instances; values inside a scan are skipped). Two nnx.merge of one state share its Variables, so the
+recorded forward runs on a copy, or the BatchStats would be updated twice.
+Shapes: as the user's model; B batch rows.
+Reference: Flax NNX docs (nnx.split / nnx.merge, nnx.Optimizer(wrt), nnx.value_and_grad); JAX docs, jax.jit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from jax_impl._common import numerics
+from jax_impl.port import _key, _sequential_alias, native
+
+__all__ = ["knobs", "run_loss", "train"]
+
+# the checker calls each compiled function a few times: compile time dominates, so XLA's cheapest level
+_FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+_KNOBS = {
+    "matmul_default": "JAX's default matmul precision instead of 'highest' (P16: bfloat16 / TF32 passes)",
+    "attention_full_precision": "jax.nn.dot_product_attention with its softmax in the inputs' dtype, not float32 (P16)",
+}
+
+
+def knobs() -> dict[str, str]:
+    """The counterfactuals `run_loss` / `train` can apply here: name -> what changes (no matmul_default on
+    a CPU, where JAX computes float32 matmuls in full float32 whatever the precision setting)."""
+    on_cpu = jax.default_backend() == "cpu"
+    return {k: v for k, v in _KNOBS.items() if not (on_cpu and k == "matmul_default")}
+
+
+@contextlib.contextmanager
+def _knob(name: str | None) -> Iterator[None]:
+    if name is None:
+        yield
+    elif name == "matmul_default":
+        with jax.default_matmul_precision("default"):
+            yield
+    elif name == "attention_full_precision":
+        original = jax.nn.dot_product_attention
+        jax.nn.dot_product_attention = _attention  # nnx.dot_product_attention calls it through jax.nn
+        try:
+            yield
+        finally:
+            jax.nn.dot_product_attention = original
+    else:
+        raise ValueError(f"knob expected one of {sorted(_KNOBS)} or None, got {name!r}")
+
+
+def _attention(query, key, value, bias=None, mask=None, *, is_causal=False, scale=None, **_):
+    # jax.nn.dot_product_attention's maths with the softmax in the inputs' dtype (it always takes float32)
+    logits = jnp.einsum("btnh,bsnh->bnts", query, key) * (scale or 1 / np.sqrt(query.shape[-1]))
+    if bias is not None:
+        logits = logits + bias
+    if is_causal:
+        mask = (
+            jnp.tril(jnp.ones(logits.shape[-2:], bool))
+            if mask is None
+            else mask & jnp.tril(jnp.ones(logits.shape[-2:], bool))
+        )
+    if mask is not None:
+        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+    return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1), value)
+
+
+def _leaves(tree, top) -> list[jax.Array]:
+    # eager (top None): concrete arrays; under jit: tracers of the jitted function itself, not of a scan inside it
+    keep = (
+        (lambda x: not isinstance(x, jax.core.Tracer)) if top is None else (lambda x: getattr(x, "_trace", None) is top)
+    )
+    return [x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array) and keep(x)]
+
+
+@contextlib.contextmanager
+def _recording(model, outputs: dict[str, list], top=None) -> Iterator[None]:
+    # NNX has no forward hooks and nnx.capture cannot record inside nnx.RNN's scan: wrap each module
+    # class's __call__ for the duration of one forward, recording the instances of this model only
+    modules = dict(nnx.iter_modules(model))
+    alias = _sequential_alias(modules)
+    names = {id(m): _key(alias(p)) for p, m in modules.items()}
+    classes = {type(m) for m in modules.values()}
+    found = {
+        cls: next((c.__dict__["__call__"] for c in cls.__mro__ if "__call__" in c.__dict__), None) for cls in classes
+    }
+    originals = {cls: call for cls, call in found.items() if call is not None}  # containers (nnx.List) are not called
+    own = {cls: "__call__" in cls.__dict__ for cls in classes}
+
+    def wrap(call):
+        def recorded(self, *args, **kwargs):
+            out = call(self, *args, **kwargs)
+            if id(self) in names:
+                arrays = _leaves(out, top)
+                if arrays:  # the steps of a scan inside are not recorded
+                    outputs.setdefault(names[id(self)], []).append(arrays)
+            return out
+
+        return recorded
+
+    try:
+        for cls, call in originals.items():
+            cls.__call__ = wrap(call)
+        yield
+    finally:
+        for cls, call in originals.items():
+            if own[cls]:
+                cls.__call__ = call
+            else:
+                del cls.__call__
+
+
+def _scalar(loss, name: str) -> jax.Array:
+    if not isinstance(loss, jax.Array) or loss.size != 1:
+        raise ValueError(f"{name}: expected a scalar jax.Array, got {type(loss).__name__} of shape {np.shape(loss)}")
+    if not jnp.issubdtype(loss.dtype, jnp.floating):
+        raise ValueError(f"{name}: expected a floating scalar, got dtype {loss.dtype}")
+    return loss.reshape(())
+
+
+def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+    return {k: jnp.asarray(v) for k, v in batch.items()}
+
+
+def _call(fn: Callable, model, batch, name: str):
+    try:
+        return fn(model, batch)
+    except Exception as exc:
+        shapes = {k: (tuple(v.shape), str(v.dtype)) for k, v in batch.items()}
+        raise ValueError(f"{name}(model, batch) raised {type(exc).__name__}: {exc} (batch: {shapes})") from exc
+
+
+def _jit_or_eager(fn: Callable, *args):
+    """fn jitted (one compile instead of one per operation); eagerly if the user's code cannot be traced."""
+    try:
+        return jax.jit(fn, compiler_options=_FAST)(*args)
+    except (
+        jax.errors.ConcretizationTypeError,
+        jax.errors.TracerBoolConversionError,
+        jax.errors.TracerArrayConversionError,
+    ):
+        return fn(*args)
+
+
+def _copy(state):
+    # new Variable objects over the same values: two nnx.merge of one state share its Variables, so a
+    # recorded forward on the copy would update the BatchStats of the model too
+    return jax.tree.map(lambda x: x, state)
+
+
+def _recorded(probe, loss_fn: Callable, b) -> tuple[jax.Array, dict]:
+    """The loss of one forward of `probe` (a copy), with every submodule's output recorded."""
+    outputs, leaf = {}, jax.tree.leaves(b)[0]
+    with _recording(probe, outputs, getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None):
+        first = _scalar(loss_fn(probe, b), "jax_loss")
+    return first, outputs
+
+
+def _run(first, outputs, loss, grads, trainable: set[str]) -> dict:
+    if not np.allclose(np.asarray(first), np.asarray(loss), rtol=1e-6, atol=0, equal_nan=True):
+        raise ValueError(f"jax_loss: two calls gave {float(first)!r} and {float(loss)!r}: random in the forward?")
+    grads = {_key(p): np.asarray(v.get_value()) for p, v in grads.flat_state()}
+    return {
+        "loss": np.asarray(loss),
+        "outputs": {k: [[np.asarray(a) for a in call] for call in v] for k, v in outputs.items()},
+        "grads": grads,
+        "trainable": {k: k in trainable for k in grads},
+    }
+
+
+def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, wrt=nnx.Param, knob=None) -> dict:
+    """One forward with every submodule's output recorded, then the loss and its gradient (each jitted).
+
+    Args:
+      batch: numpy arrays, already in `dtype`; loss_fn(model, batch) -> scalar.
+      wrt: the NNX filter of the trainable leaves (the optimizer's); the gradient is taken w.r.t.
+        every nnx.Param anyway, so that a stopped leaf shows exact zeros.
+    Returns:
+      {"loss": 0-d array, "outputs": {alias path: [[arrays] per call]}, "grads": {NNX path: array},
+       "trainable": {NNX path: bool}}. The model's BatchStats are updated once, as torch's buffers.
+    Raises:
+      ValueError: the loss raised, is not a scalar, or is not reproducible (random in the forward).
+    """
+    with numerics(dtype), _knob(knob):
+        b = _batch(batch)
+        graphdef, state = nnx.split(model)
+
+        def forward_and_gradient(state, b):
+            # one compile: the recorded forward runs on its own copy, the gradient's updates the BatchStats once
+            first, outputs = _recorded(nnx.merge(graphdef, _copy(state)), loss_fn, b)
+            m = nnx.merge(graphdef, state)
+            loss, grads = nnx.value_and_grad(lambda m: _scalar(loss_fn(m, b), "jax_loss"))(m)
+            return first, outputs, loss, grads, nnx.state(m)
+
+        first, outputs, loss, grads, after = _call(
+            lambda m, b: _jit_or_eager(forward_and_gradient, state, b), model, b, "jax_loss"
+        )
+        nnx.update(model, after)  # the BatchStats the forward updated, as torch's buffers
+        return _run(first, outputs, loss, grads, {_key(p) for p, _ in nnx.state(model, wrt).flat_state()})
+
+
+def train(
+    model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, optimizer=None, step=None, k=5, knob=None
+) -> list[dict]:
+    """K training steps on one batch; per step the loss (before the update) and every leaf after it.
+
+    Args:
+      optimizer: an optax.GradientTransformation, or (transformation, NNX filter of the trainable
+        leaves): nnx.Optimizer(model, tx, wrt=filter); frozen leaves get no gradient and no update.
+      step: instead, the user's step(model, batch) -> loss (several optimizers, a target update).
+    Returns:
+      [{"loss": 0-d array, "values": {NNX path: array}}] * k; with an optimizer, the first step also
+      holds "run": what run_loss returns for the starting model (the same compiled function: one
+      compile for the gradients, the outputs and the update).
+    """
+    with numerics(dtype), _knob(knob):
+        b = _batch(batch)
+        name = "jax_step" if step is not None else "jax_loss"
+        runs = []
+        if step is None:
+            pair = isinstance(optimizer, tuple) and not isinstance(optimizer, optax.GradientTransformation)
+            tx, wrt = optimizer if pair else (optimizer, nnx.Param)
+            if not isinstance(tx, optax.GradientTransformation):
+                raise ValueError(f"jax_optimizer: expected an optax.GradientTransformation, got {type(tx).__name__}")
+            # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
+            opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
+            graphdef, state = nnx.split((model, opt))
+            trainable = {_key(p) for p, _ in nnx.state(model, wrt).flat_state()}
+
+            @functools.partial(jax.jit, compiler_options=_FAST)
+            def update(state, batch):
+                m, o = nnx.merge(graphdef, state)
+                first, outputs = _recorded(nnx.merge(graphdef, _copy(state))[0], loss_fn, batch)
+                loss, grads = nnx.value_and_grad(loss_fn)(m, batch)  # every nnx.Param: a stop shows as exact zeros
+                # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
+                o.update(m, grads.filter(wrt))
+                return loss, (first, outputs, loss, grads), nnx.state((m, o))
+
+            def step(m, batch):
+                loss, run, after = update(nnx.state((m, opt)), batch)
+                if not runs:
+                    runs.append(_run(*run, trainable))
+                nnx.update((m, opt), after)
+                return loss
+
+        out = []
+        for _ in range(k):
+            loss = _scalar(_call(step, model, b, name), name)
+            out.append({"loss": np.asarray(loss), "values": native(model)})
+        if out and runs:
+            out[0]["run"] = runs[0]
+        return out

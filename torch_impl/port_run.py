@@ -1,0 +1,263 @@
+"""Port checker, torch half, running: the user's nn.Module on a batch (every submodule's output recorded,
+the loss, every gradient) and K optimizer steps; the mirror of jax_impl/port_run.py.
+
+What it does: the runs `detach-parity check` compares (shared/apps/check). Outputs come from forward
+hooks, gradients are `.grad` after one backward (in canonical layout, None kept), K steps use the
+user's optimizer factory or training step; the first step records the forward, so one run gives
+both. `knobs` are counterfactuals (the GELU approximation, norm epsilons, BatchNorm conventions,
+mask polarity, the LSTM carry order, Adam's decay, first order): if torch with a knob matches JAX,
+the knob names the bug.
+Gradient flow: a parameter with requires_grad False keeps .grad None (absent, frozen: no optimizer
+moment, no weight decay); one the loss does not reach keeps None too (P11).
+Port note: a knob changes the checker's own copy of the model for one run and restores every
+attribute and function it patched (F.gelu, nn.MultiheadAttention.forward, torch.autograd.grad).
+Shapes: as the user's model; B batch rows.
+Reference: PyTorch docs, nn.Module.register_forward_hook, torch.optim.Adam(decoupled_weight_decay).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torch_impl._common import numerics
+from torch_impl._layout import named_leaves
+from torch_impl.port import _bare, _key, _units, read
+
+__all__ = ["knobs", "run_loss", "train"]
+
+_NNX_EPS = 1e-6  # nnx.LayerNorm / nnx.GroupNorm / nnx.RMSNorm default epsilon
+_KNOBS = {
+    "gelu_tanh": "every GELU uses the tanh approximation (jax.nn.gelu's default, P04)",
+    "norm_eps": f"LayerNorm / GroupNorm / RMSNorm eps = {_NNX_EPS} (the nnx default, P05)",
+    "bn_momentum": "BatchNorm momentum m -> 1 - m (nnx's momentum weighs the old value, P06)",
+    "bn_biased_var": "BatchNorm running_var updated with the biased batch variance (nnx's rule, P06)",
+    "mask_inverted": "boolean attention masks inverted (torch True = masked, Flax True = attend, P12)",
+    "lstm_carry_swapped": "LSTM state returned as (c, h) instead of (h, c) (nnx's carry order, P09)",
+    "adam_swapped": "Adam's weight decay coupled <-> decoupled (torch Adam vs optax.adamw, P10)",
+    "first_order": "torch.autograd.grad never builds a graph (create_graph=False: first order, maml)",
+}
+
+
+def knobs() -> dict[str, str]:
+    """The counterfactuals `run_loss` / `train` can apply on this side: name -> what changes."""
+    return dict(_KNOBS)
+
+
+@contextlib.contextmanager
+def _knob(model: nn.Module, name: str | None) -> Iterator[None]:
+    names = () if name is None else tuple(name.split("+"))  # "a+b": both at once
+    if any(n not in _KNOBS for n in names):
+        raise ValueError(f"knob expected one of {sorted(_KNOBS)} (or several joined by '+') or None, got {name!r}")
+    saved, undo = [], []
+    norms = (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
+    for sub in model.modules():
+        if "norm_eps" in names and isinstance(sub, norms):
+            saved.append((sub, "eps", sub.eps))
+            sub.eps = _NNX_EPS
+        if "bn_momentum" in names and isinstance(sub, nn.modules.batchnorm._BatchNorm) and sub.momentum is not None:
+            saved.append((sub, "momentum", sub.momentum))
+            sub.momentum = 1 - sub.momentum
+        if "bn_biased_var" in names and isinstance(sub, nn.modules.batchnorm._BatchNorm):
+            undo += [sub.register_forward_pre_hook(_keep_var), sub.register_forward_hook(_biased_var)]
+    patched = {
+        "gelu_tanh": (F, "gelu", lambda f: lambda x, approximate="none": f(x, approximate="tanh")),
+        "mask_inverted": (nn.MultiheadAttention, "forward", _inverted_masks),
+        "lstm_carry_swapped": (nn.LSTM, "forward", _swapped_carry),
+        "first_order": (torch.autograd, "grad", lambda f: lambda *a, **kw: f(*a, **{**kw, "create_graph": False})),
+    }.get(names[0] if len(names) == 1 else None)
+    if patched:
+        owner, attr, make = patched
+        original = getattr(owner, attr)
+        setattr(owner, attr, make(original))
+    try:
+        yield
+    finally:
+        if patched:
+            setattr(owner, attr, original)
+        for sub, attr, value in saved:
+            setattr(sub, attr, value)
+        for handle in undo:
+            handle.remove()
+
+
+def _keep_var(bn, args) -> None:
+    # torch updates (and saves for backward) the buffer it is handed: hand it a throwaway copy, keep the real one
+    bn._kept_var = bn.running_var
+    if bn.running_var is not None:
+        bn.running_var = bn.running_var.clone()
+
+
+def _biased_var(bn, args, out) -> None:
+    kept, bn.running_var = bn._kept_var, bn._kept_var
+    if bn.training and kept is not None and bn.momentum is not None:
+        x = args[0]
+        dims = [d for d in range(x.dim()) if d != 1]
+        with torch.no_grad():  # the running statistics are buffers, outside the graph
+            var = x.var(dim=dims, correction=0)  # biased: nnx's running variance
+            kept.copy_((1 - bn.momentum) * kept + bn.momentum * var)
+
+
+def _inverted_masks(forward: Callable) -> Callable:
+    def inverted(self, *args, **kwargs):
+        for name in ("key_padding_mask", "attn_mask"):
+            mask = kwargs.get(name)
+            if mask is not None and mask.dtype == torch.bool:
+                kwargs[name] = ~mask
+        return forward(self, *args, **kwargs)
+
+    return inverted
+
+
+def _swapped_carry(forward: Callable) -> Callable:
+    def swapped(self, *args, **kwargs):
+        out, (h, c) = forward(self, *args, **kwargs)
+        return out, (c, h)
+
+    return swapped
+
+
+def _arrays(out) -> list[np.ndarray]:
+    if isinstance(out, torch.Tensor):
+        return [out.detach().cpu().numpy().copy()]
+    if isinstance(out, tuple | list):
+        return [a for o in out for a in _arrays(o)]
+    if isinstance(out, Mapping):
+        return [a for o in out.values() for a in _arrays(o)]
+    return []
+
+
+def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in batch.items()}
+
+
+def _scalar(loss, name: str) -> torch.Tensor:
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else np.shape(loss)
+        raise ValueError(f"{name}: expected a scalar torch.Tensor, got {type(loss).__name__} of shape {shape}")
+    if not loss.is_floating_point():
+        raise ValueError(f"{name}: expected a floating scalar, got dtype {loss.dtype}")
+    return loss.reshape(())
+
+
+def _call(fn: Callable, model, batch, name: str):
+    try:
+        return fn(model, batch)
+    except Exception as exc:
+        shapes = {k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in batch.items()}
+        raise ValueError(f"{name}(model, batch) raised {type(exc).__name__}: {exc} (batch: {shapes})") from exc
+
+
+def _grads(model: nn.Module) -> tuple[dict, dict]:
+    grads, trainable = {}, {}
+    for path, unit in _units(model, buffers=False).items():
+        for leaf, facts in unit["leaves"].items():
+            trainable.setdefault(path, {})[leaf] = facts["trainable"]
+    for _, path, sub, leaf in named_leaves(model):
+        g = sub.get_parameter(leaf.attr).grad
+        piece = None if g is None else (g[leaf.rows[0] : leaf.rows[1]] if leaf.rows else g)
+        grads.setdefault(_key(path), {})[leaf.name] = (
+            None if piece is None else leaf.to_canon(piece.cpu().numpy()).copy()
+        )
+    for path, unit in _units(model, buffers=False).items():
+        if unit["bare"]:
+            for leaf in unit["leaves"]:
+                g = _bare(model, unit, leaf).grad
+                grads.setdefault(path, {})[leaf] = None if g is None else g.cpu().numpy().copy()
+    return grads, trainable
+
+
+def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, wrt=None, knob=None) -> dict:
+    """One forward with every submodule's output recorded (forward hooks), then loss.backward().
+
+    Args:
+      batch: numpy arrays, already in `dtype`; loss_fn(model, batch) -> scalar tensor.
+      wrt: unused (requires_grad says what trains); the JAX twin takes the optimizer's filter.
+    Returns:
+      {"loss": 0-d array, "outputs": {module path: [[arrays] per call]}, "grads": {unit: {leaf:
+       canonical array, or None where .grad is None}}, "trainable": {unit: {leaf: requires_grad}}}.
+    Raises:
+      ValueError: the loss raised or is not a scalar.
+    """
+    with numerics(dtype), _knob(model, knob):
+        return _run(model, _batch(batch), loss_fn)
+
+
+@contextlib.contextmanager
+def _hooks(model: nn.Module, outputs: dict[str, list]) -> Iterator[None]:
+    def hook(name: str):
+        return lambda module, args, out: outputs.setdefault(name, []).append(_arrays(out))
+
+    handles = [sub.register_forward_hook(hook(_key(p))) for p, sub in model.named_modules()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable | None = None) -> dict:
+    outputs: dict[str, list] = {}
+    with _hooks(model, outputs):
+        loss = _scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")
+    if loss.requires_grad:  # a loss computed from stopped values only has no graph: every .grad stays None
+        loss.backward()
+    grads, trainable = _grads(model)
+    if after_backward:
+        after_backward()
+    return {"loss": loss.detach().numpy().copy(), "outputs": outputs, "grads": grads, "trainable": trainable}
+
+
+def train(
+    model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, optimizer=None, step=None, k=5, knob=None
+) -> list[dict]:
+    """K training steps on one batch; per step the loss (before the update) and every unit after it.
+
+    Args:
+      optimizer: a factory params -> torch.optim.Optimizer, called once with model.parameters().
+      step: instead, the user's step(model, batch) -> loss (several optimizers, a target update).
+    Returns:
+      [{"loss": 0-d array, "values": {unit: {leaf: canonical array}}}] * k; with an optimizer, the
+      first step also holds "run": what run_loss returns for the starting model (the same forward
+      and backward the first update uses).
+    """
+    with numerics(dtype), _knob(model, knob):
+        b = _batch(batch)
+        name = "torch_step" if step is not None else "torch_loss"
+        if step is None:
+            # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
+            opt = optimizer(model.parameters())  # torch.optim skips a parameter whose .grad is None
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise ValueError(
+                    f"torch_optimizer: expected a factory of torch.optim.Optimizer, got {type(opt).__name__}"
+                )
+            if knob and "adam_swapped" in knob.split("+"):
+                if any("decoupled_weight_decay" not in g for g in opt.param_groups):
+                    raise ValueError(f"knob adam_swapped: expected torch.optim.Adam / AdamW, got {type(opt).__name__}")
+                for group in opt.param_groups:
+                    group["decoupled_weight_decay"] = not group["decoupled_weight_decay"]
+
+            def step(m, batch):
+                opt.zero_grad(set_to_none=True)
+                if not runs:  # the first step, recorded: outputs and .grad before the update
+                    runs.append(_run(m, batch, loss_fn, after_backward=opt.step))
+                    return torch.from_numpy(runs[0]["loss"])
+                loss = _scalar(loss_fn(m, batch), "torch_loss")
+                # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
+                loss.backward()
+                opt.step()
+                return loss
+
+        runs: list[dict] = []
+        out = []
+        for _ in range(k):
+            loss = _scalar(_call(step, model, b, name), name)
+            out.append({"loss": loss.detach().numpy().copy(), "values": read(model)})
+        if out and runs:
+            out[0]["run"] = runs[0]
+        return out
