@@ -616,7 +616,7 @@ def test_a_tiny_time_budget_still_gives_a_complete_payload_with_fewer_rounds(tmp
     assert f"time cap: {len(capped)} timing(s) got fewer than 50 rounds (at least {bench.MIN_ROUNDS})" in out
     assert "No CUDA GPU was available" in out and f"large/frozen_backbone: {bench_worker.SPENT}" in out
     md = bench.markdown(payload)
-    assert f"{len(capped)} timing(s) got fewer rounds than 50: the time budget ran out." in md
+    assert f"{len(capped)} timing(s) got fewer rounds than 50: their share of the time budget ran out." in md
     assert all(f"- `{key}`: {why}" in md for key, why in skipped.items())
 
 

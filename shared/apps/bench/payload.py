@@ -31,7 +31,7 @@ CLAIM_C16 = {"id": "C16", "claim": "detach speeds training up by 15–20 %", "sa
 GLOSSARY = {  # written into every payload, so that the JSON explains itself
     "median_s, p25_s, p75_s, min_s": "seconds per step over the timed rounds (median, quartiles, fastest)",
     "n": "timed rounds; each round times `inner` consecutive steps and divides by inner",
-    "capped": "fewer rounds than settings.repeats: the time budget (settings.budget_s) ran out",
+    "capped": "fewer rounds than settings.repeats: its share of the time budget (settings.budget_s) ran out",
     "spread, noisy": "(p75_s - p25_s) / median_s, and whether it exceeds settings.noisy_above",
     "first_call_s": "the first call, timed apart: JAX traces and compiles there, torch.compile compiles, eager warms up",
     "torch, torch_compile": "torch eager; torch.compile(mode='default', dynamic=False) of the same step (inductor)",
@@ -177,5 +177,5 @@ def noisy_timings(payload: Mapping) -> list[str]:
 
 
 def capped_timings(payload: Mapping) -> list[str]:
-    """Labels of the timings that got fewer rounds than settings.repeats: the time budget ran out."""
+    """Labels of the timings that got fewer rounds than settings.repeats: its share of the time budget ran out."""
     return [label for label, r in timings(payload) if r.get("capped")]

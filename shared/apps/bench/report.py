@@ -12,9 +12,11 @@ import statistics
 from collections.abc import Mapping
 
 from shared.apps.bench.payload import COLUMNS, capped_timings, noisy_timings
+from shared.core import registry
 
 __all__ = [
     "HEADERS",
+    "ordered",
     "on_gpu",
     "device_heading",
     "ratio_cell",
@@ -32,6 +34,12 @@ HEADERS = {
     "jax_cached": "JAX cached_partial",
     "jax_split": "JAX jit(split)",
 }
+
+
+def ordered(rows: Mapping[str, Mapping]) -> dict[str, Mapping]:
+    """Rows in teaching order (the registry's), then any the registry does not know (a stored JSON's keys are sorted)."""
+    known = [n for n in registry.names() if n in rows]
+    return {n: rows[n] for n in [*known, *(n for n in rows if n not in known)]}
 
 
 def on_gpu(payload: Mapping) -> bool:
@@ -73,7 +81,7 @@ def reasons(payload: Mapping) -> list[str]:
     """One line per tuned column and reason it has no timing, naming the steps it holds for."""
     groups: dict[tuple[str, str], list[str]] = {}
     for section in ("scenarios", "large"):
-        for name, row in payload.get(section, {}).items():
+        for name, row in ordered(payload.get(section, {})).items():
             for col, why in row["unavailable"].items():
                 why = "the step already is a jax.jit, nothing to tune" if "already a jax.jit" in why else why
                 groups.setdefault((col, why), []).append(f"{name} (large)" if section == "large" else name)
@@ -99,7 +107,7 @@ def _steps_table(payload: Mapping, section: str) -> list[str]:
     head = ["scenario", *(["dims"] if large else ["variant"]), *(HEADERS[c] for c in COLUMNS if gpu or c != "torch")]
     head += ["best JAX / best torch", "torch.compile 1st call", "JAX 1st call"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, row in payload[section].items():
+    for name, row in ordered(payload[section]).items():
         what = ", ".join(f"{k}={v}" for k, v in row["dims"].items()) if large else f"`{row['variant']}`"
         cells = [f"`{name}`", what, *(ratio_cell(row, c, gpu) for c in COLUMNS if gpu or c != "torch")]
         best = row["best"]
@@ -117,7 +125,7 @@ def _both_sizes(payload: Mapping) -> list[str]:
         "| scenario | JAX / torch, fixture | JAX / torch, large | best / best, fixture | best / best, large |",
         "|---|---|---|---|---|",
     ]
-    for name, big in payload.get("large", {}).items():
+    for name, big in ordered(payload.get("large", {})).items():
         small = payload["scenarios"].get(name)
         cells = [f"{r['jax_over_torch']:.2f}×" if r else "—" for r in (small, big)]
         cells += [f"{r['best']['jax_over_torch']:.2f}×" if r else "—" for r in (small, big)]
@@ -228,7 +236,7 @@ def _warnings(payload: Mapping) -> list[str]:
         out += [f"⚠ {len(noisy)} timing(s) spread by more than {payload['settings']['noisy_above']:.0%} of their median "
                 f"(something else was using the CPUs): {', '.join(noisy[:8])}{' …' if len(noisy) > 8 else ''}.", ""]  # fmt: skip
     if capped:
-        out += [f"{len(capped)} timing(s) got fewer rounds than {payload['settings']['repeats']}: the time budget ran out.", ""]  # fmt: skip
+        out += [f"{len(capped)} timing(s) got fewer rounds than {payload['settings']['repeats']}: their share of the time budget ran out.", ""]  # fmt: skip
     for key, why in {**payload.get("skipped", {}), **payload.get("errors", {})}.items():
         out += [f"- `{key}`: {why}"]
     return out + ([""] if payload.get("skipped") or payload.get("errors") else [])
@@ -238,7 +246,12 @@ def summary(payload: Mapping) -> str:
     """A few lines for the README: where it ran, the ratio ranges at both sizes, freezing and memory."""
     m = payload["machine"]
     where = "a CUDA GPU" if on_gpu(payload) else f"the CPU only ({m['cpu']}, {m['threads']} thread(s); no CUDA GPU)"
-    lines = [f"Stored run `docs/bench-cpu.json`, {payload['measured_at'][:10]}, on {where}; ratios from one run."]
+    load = m["load_average_before"][0]
+    lines = [
+        f"Stored run `docs/bench-cpu.json`, {payload['measured_at'][:10]}, on {where}, load average {load:.1f} "
+        "before the run; ratios from that one run.",
+        "",
+    ]
     for section, what in (("scenarios", "at fixture sizes"), ("large", "at sizes where arithmetic dominates")):
         rows = payload.get(section, {})
         if rows:

@@ -15,6 +15,7 @@ from shared.apps.bench.report import (
     first_call_cell,
     ms,
     on_gpu,
+    ordered,
     ratio_cell,
     reasons,
 )
@@ -32,7 +33,7 @@ def _steps(payload: Mapping, section: str, title: str) -> Table:
         table.add_column(HEADERS[col] + ("" if gpu else " ×"), justify="right")
     for col in ("best JAX / best torch", "torch.compile 1st call", "JAX 1st call"):
         table.add_column(col, justify="right")
-    for name, row in payload[section].items():
+    for name, row in ordered(payload[section]).items():
         what = ", ".join(f"{k}={v}" for k, v in row["dims"].items()) if section == "large" else row["variant"]
         table.add_row(
             name,
@@ -69,7 +70,7 @@ def print_tables(payload: Mapping, console: Console) -> None:
             "best / best, large",
         ):
             both.add_column(col, justify="left" if col == "scenario" else "right")
-        for name, big in payload["large"].items():
+        for name, big in ordered(payload["large"]).items():
             small = payload["scenarios"].get(name)
             cells = [f"{r['jax_over_torch']:.2f}×" if r else "—" for r in (small, big)]
             cells += [f"{r['best']['jax_over_torch']:.2f}×" if r else "—" for r in (small, big)]
@@ -100,7 +101,7 @@ def print_tables(payload: Mapping, console: Console) -> None:
     if capped:
         console.print(
             f"[yellow]time cap: {len(capped)} timing(s) got fewer than {s['repeats']} rounds (at least "
-            f"{s.get('min_rounds', 1)}): the budget of {s['budget_s']:.0f} s ran out (--budget).[/yellow]",
+            f"{s.get('min_rounds', 1)}): their share of the {s['budget_s']:.0f} s budget ran out (--budget).[/yellow]",
             highlight=False,
         )
     for key, why in payload.get("skipped", {}).items():
