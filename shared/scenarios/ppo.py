@@ -79,7 +79,6 @@ def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
     out = {
         "obs": rng.normal(size=(sizes["B"], sizes["D"])),
         "actions": rng.integers(0, sizes["A"], size=sizes["B"]),
-        "advantages": rng.normal(size=sizes["B"]),
         "clip_coef": np.array(eps),
         "vf_coef": np.array(0.5),
         "ent_coef": np.array(0.01),
@@ -95,6 +94,7 @@ def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
     v_clip = out["values"] + np.clip(v_new - out["values"], -eps, eps)
     outside = np.abs(v_new - out["values"]) > eps  # inside, v_clip is V itself: a tie of equal slopes
     while True:  # no near-tie in the value max where the two terms have different slopes
+        out["advantages"] = rng.normal(size=sizes["B"])  # redrawn with R: R − V_old decides which term wins
         out["returns"] = out["values"] + out["advantages"] + 0.3 * rng.normal(size=sizes["B"])
         gap = ((v_clip - out["returns"]) ** 2 - (v_new - out["returns"]) ** 2)[outside]
         if np.all(np.abs(gap) > 0.02) and np.any(gap > 0) and np.any(gap < 0):  # each term wins somewhere
