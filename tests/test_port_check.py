@@ -11,7 +11,15 @@ import torch
 from flax import nnx
 from torch import nn
 
-from shared.apps.check import TOLERANCE, PortInputError, PortMismatch, assert_port_matches, check_port
+from shared.apps.check import (
+    TOLERANCE,
+    PortInputError,
+    PortMismatch,
+    assert_port_matches,
+    check_port,
+    transfer_back,
+    transfer_weights,
+)
 from shared.apps.check.ports import IN_STEPS, WORKED, case, check_worked, variants
 from shared.core.runner import impl
 
@@ -21,6 +29,24 @@ FLOW = {
     "embed_stop_gradient": "`embed/*`: torch None (requires_grad False), JAX zero but moved by the update: weight decay on a frozen leaf",
     "embed_trained": "`embed/*`: torch None (requires_grad False), JAX non-zero: the JAX port neither stops nor freezes it",
 }
+
+
+def test_weights_across_reach_bare_parameters_and_leave_the_source_alone() -> None:
+    # first and fast: a bare nn.Parameter (the transformer's position table) is copied without a graph
+    class T(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pos = nn.Parameter(torch.arange(6.0).reshape(3, 2))
+
+    class J(nnx.Module):
+        def __init__(self) -> None:
+            self.pos = nnx.Param(np.zeros((3, 2), np.float32))
+
+    t, j = T(), J()
+    transfer_weights(t, j)
+    np.testing.assert_array_equal(np.asarray(j.pos.get_value()), np.arange(6.0).reshape(3, 2))
+    transfer_back(J(), t)  # zeros back into torch: in place, no autograd record
+    assert t.pos.requires_grad and t.pos.grad_fn is None and not t.pos.detach().numpy().any()
 
 
 @pytest.mark.parametrize("name", WORKED)

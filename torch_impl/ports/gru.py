@@ -32,7 +32,7 @@ class Tagger(nn.Module):
     def __init__(self, vocab: int, embed: int, hidden: int, classes: int) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab, embed)
-        self.embed.weight.requires_grad_(False)  # GRAD-FLOW: pretrained table, frozen
+        self.embed.weight.requires_grad_(False)  # GRAD-FLOW: the pretrained table is frozen
         self.rnn = nn.GRU(embed, hidden, batch_first=True)
         self.head = nn.Linear(hidden, classes)
 
