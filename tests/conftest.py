@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import zlib
 
 import pytest
 
@@ -16,6 +17,21 @@ os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llv
 os.environ.setdefault("DETACH_PARITY_JAX_RANKS", "devices")
 
 from shared.core.runner import CaseResult, iter_cases, run_case
+
+
+@pytest.fixture(autouse=True)
+def _torch_seed_per_test(request):
+    """Seed torch's global generator from the test's id, and restore it after.
+
+    Tests that build `nn.Module`s with their default init then get the same weights whatever ran
+    before them on their xdist worker (an order-dependent init made a port-checker test flaky).
+    """
+    import torch
+
+    state = torch.random.get_rng_state()
+    torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
+    yield
+    torch.random.set_rng_state(state)
 
 
 @functools.cache

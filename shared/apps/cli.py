@@ -27,6 +27,7 @@ from shared.apps.common import (
     UsageError,
     check_interrupted,
     interrupt_guard,
+    print_error,
 )
 
 __all__ = ["main", "build_parser", "SUBCOMMANDS"]
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)  # argparse exits 2 on bad syntax
 
     def say(message: str) -> None:
-        Console(stderr=True).print(f"detach-parity {args.command}: {message}", markup=False, highlight=False)
+        print_error(f"detach-parity {args.command}: {message}")
 
     try:
         with interrupt_guard():

@@ -39,6 +39,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from rich.console import Console
 from rich.text import Text
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "json_path",
     "out_dir",
     "failure_line",
+    "print_error",
     "interrupt_guard",
     "interrupted",
     "check_interrupted",
@@ -164,6 +166,15 @@ def out_dir(text: str) -> str:
 def failure_line(message: str) -> Text:
     """A failure line for the terminal: a red ✗, then the message as plain text (no markup parsed)."""
     return Text.assemble(("✗", "red"), " ", message)
+
+
+def print_error(message: str) -> None:
+    """Print one error line on stderr as plain text, never folded (a path in it stays one copyable token).
+
+    A closed or full stderr is ignored: the exit status still tells what happened.
+    """
+    with contextlib.suppress(OSError):
+        Console(stderr=True, soft_wrap=True).print(message, markup=False, highlight=False)
 
 
 # -- interrupts ----------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from shared.apps.common import (
     failure_line,
     json_path,
     non_negative_int,
+    print_error,
     versions,
     write_json,
 )
@@ -154,10 +155,8 @@ def _write_results(args: argparse.Namespace, results: list, failed: list, elapse
     try:
         write_json(Path(args.json), payload)
     except OSError as exc:
-        Console(stderr=True).print(
-            f"detach-parity run: error: could not write {args.json}: {exc} (a previous file there was left as it was)",
-            markup=False,
-            highlight=False,
+        print_error(
+            f"detach-parity run: error: could not write {args.json}: {exc} (a previous file there was left as it was)"
         )
         return False
     return True

@@ -33,7 +33,15 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from shared.apps.common import EXIT_USAGE, UsageError, bounded_int, check_interrupted, json_path, write_json
+from shared.apps.common import (
+    EXIT_USAGE,
+    UsageError,
+    bounded_int,
+    check_interrupted,
+    json_path,
+    print_error,
+    write_json,
+)
 from shared.core.runner import FRAMEWORKS, impl
 
 __all__ = ["Site", "find_sites", "covering_tests", "selfcheck", "MAX_JOBS"]
@@ -418,7 +426,6 @@ def _run_mutants(sites, root, jobs, timeout, on_done, outcomes, running) -> None
 
 
 def cmd_selfcheck(args: argparse.Namespace, console) -> int:
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
     from rich.text import Text
@@ -464,9 +471,7 @@ def cmd_selfcheck(args: argparse.Namespace, console) -> int:
             try:
                 write_json(Path(args.json), payload)
             except OSError as exc:
-                Console(stderr=True).print(
-                    f"detach-parity selfcheck: error: could not write {args.json}: {exc}", markup=False, highlight=False
-                )
+                print_error(f"detach-parity selfcheck: error: could not write {args.json}: {exc}")
                 return EXIT_USAGE
     table = Table(title="detach-parity selfcheck: one mutant per gradient-control site", header_style="bold")
     for col in ("site", "construct", "module", "mutant", "status", "s"):

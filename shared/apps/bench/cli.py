@@ -26,7 +26,7 @@ from shared.apps.bench.payload import check_payload
 from shared.apps.bench.sizes import SIZES
 from shared.apps.bench.tables import print_tables
 from shared.apps.bench.worker import available_cpus
-from shared.apps.common import UsageError, bounded_int, json_path, positive_int, versions, write_json
+from shared.apps.common import UsageError, bounded_int, json_path, positive_int, print_error, versions, write_json
 from shared.core import registry
 
 __all__ = ["MAX_REPEATS", "MAX_BUDGET_S", "scenario_names", "choose_threads", "run", "cmd_bench", "add_parser"]
@@ -154,7 +154,6 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     not be written (a previous file there is left as it was); bad arguments raise UsageError
     (exit 2).
     """
-    err = Console(stderr=True)
     start = time.perf_counter()
     kept = f"; {args.json} was left as it was" if args.json and Path(args.json).exists() else ""
     try:
@@ -162,20 +161,20 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     except ValueError as exc:
         raise UsageError(str(exc).removeprefix("bench: ")) from None  # the CLI names the command already
     except RuntimeError as exc:
-        err.print(f"detach-parity bench: error: {exc}{kept}", markup=False, highlight=False)
+        print_error(f"detach-parity bench: error: {exc}{kept}")
         return 1
     payload = {"versions": versions(), **payload, "seconds": round(time.perf_counter() - start, 3)}
     try:
         check_payload(payload)
     except ValueError as exc:
         errors = "; ".join(f"{k}: {v}" for k, v in payload.get("errors", {}).items())
-        err.print(f"detach-parity bench: error: incomplete measurements ({exc}) {errors}{kept}", markup=False)
+        print_error(f"detach-parity bench: error: incomplete measurements ({exc}) {errors}{kept}")
         return 1
     if args.json:  # before the tables: a closed stdout must not lose the measurements
         try:
             write_json(Path(args.json), payload)
         except OSError as exc:
-            err.print(f"detach-parity bench: error: could not write {args.json}: {exc}", markup=False, highlight=False)
+            print_error(f"detach-parity bench: error: could not write {args.json}: {exc}")
             return 1
     print_tables(payload, console)
     console.print(f"bench done in {payload['seconds']:.1f} s (measurements, not assertions)")

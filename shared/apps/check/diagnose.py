@@ -24,7 +24,10 @@ from shared.apps.check.report import Hint, Row
 from shared.core import registry
 from shared.core.runner import impl
 
-__all__ = ["KNOB_PITFALL", "page", "diagnose"]
+__all__ = ["KNOB_PITFALL", "STOP", "FREEZE", "CLIP", "page", "diagnose"]
+
+# the scenarios (not pitfalls) a hint may name: a stop missing or extra, freezing, the clip epsilon
+STOP, FREEZE, CLIP = "basics", "frozen_backbone", "grad_clipping"
 
 KNOB_PITFALL = {
     "gelu_tanh": ("P04", "GELU: jax.nn.gelu defaults to the tanh approximation, torch to erf"),
@@ -233,14 +236,13 @@ def _step_hints(report, p, plan) -> list[Hint]:
             hints.append(_hint("P17", "soft target update, optax.incremental_update argument order", where, ev))
         elif not grads_zero:
             trained[key] = q
-    if len(trained) >= 2 and len(set(np.round(list(trained.values()), 12))) == 1:
-        q = next(iter(trained.values()))
-        g = np.sqrt(sum(float(np.sum(v**2)) for v in p.torch["grads_native"].values()))
-        if g > 0 and abs(q - (g + 1e-6) / g) < 1e-3 * 1e-6 / g:
-            ev = f"every update is {q:.12g} × torch's = (‖g‖ + 1e-6) / ‖g‖ with ‖g‖ = {g:.6g}: torch's clip_grad_norm_ adds 1e-6"
-            hints.append(
-                _hint("grad_clipping", "clip epsilon: torch divides by ‖g‖ + 1e-6, optax by ‖g‖", "float64 steps", ev)
-            )
+    g = np.sqrt(sum(float(np.sum(v**2)) for v in p.torch["grads_native"].values()))
+    # every trained leaf scaled by the one factor (‖g‖ + 1e-6) / ‖g‖, each to a thousandth of its distance
+    # from 1 (a tolerance, not a rounding grid: two equal factors can round apart)
+    if len(trained) >= 2 and g > 0 and all(abs(q - (g + 1e-6) / g) < 1e-3 * 1e-6 / g for q in trained.values()):
+        q = float(np.mean(list(trained.values())))
+        ev = f"every update is {q:.12g} × torch's = (‖g‖ + 1e-6) / ‖g‖ with ‖g‖ = {g:.6g}: torch's clip_grad_norm_ adds 1e-6"
+        hints.append(_hint(CLIP, "clip epsilon: torch divides by ‖g‖ + 1e-6, optax by ‖g‖", "float64 steps", ev))
     return hints
 
 
@@ -296,7 +298,7 @@ def diagnose(report, passes: dict, plan, structures, transfer: bool = True, step
         ev = f"float64 matches everywhere; float32 differs by up to {worst.max_rel:.1e} relative: rounding, or reduced-precision matmuls"
         hints.append(_hint("P16", "a float32-only difference", worst.where, ev))
     for line in report.mismatches:
-        pid = "frozen_backbone" if ("frozen" in line.text or "freezes" in line.text) else "basics"
+        pid = FREEZE if ("frozen" in line.text or "freezes" in line.text) else STOP
         hints.append(_hint(pid, "gradient flow differs", line.keys, line.text))
     if report.failed("float64") and not hints:
         r = report.first_parting("float64")

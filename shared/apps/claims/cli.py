@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shared.apps import claims
-from shared.apps.common import UsageError, json_path, versions, write_json
+from shared.apps.common import UsageError, json_path, print_error, versions, write_json
 
 __all__ = ["add_parser", "cmd_claims", "print_outcomes"]
 
@@ -77,10 +77,7 @@ def cmd_claims(args: argparse.Namespace, console: Console) -> int:
     except OSError as exc:  # BrokenPipeError: stdout closed by its reader
         problems.append(f"could not print the table: {exc}")
     if problems:
-        with contextlib.suppress(OSError):
-            Console(stderr=True).print(
-                f"detach-parity claims: error: {'; '.join(problems)} ({verdicts})", markup=False, highlight=False
-            )
+        print_error(f"detach-parity claims: error: {'; '.join(problems)} ({verdicts})")
         return 2
     return 1 if failed else 0
 
