@@ -173,7 +173,10 @@ from shared.apps import selfcheck
 sites = [s for s in selfcheck.find_sites() if s.module == "{NAME}"]
 report["selfcheck_sites"] = [s.path for s in sites]
 report["covering"] = selfcheck.covering_tests("{NAME}")
-report["selfcheck"] = [o.status for o in selfcheck.selfcheck(sites, jobs=1)]
+# plus an identity "mutant" (the site left as it is): the children test the copy, and an unchanged copy passes
+import dataclasses
+same = dataclasses.replace(sites[0], replacement=sites[0].original)
+report["selfcheck"] = [f"{{o.status}} {{o.exit_code}}" for o in selfcheck.selfcheck([*sites, same], jobs=1)]
 
 rc = pytest.main(["-q", "-p", "no:cacheprovider", "tests/test_parity.py", "tests/test_mirror.py",
                   "tests/test_steps.py", "tests/test_properties.py", "tests/test_{NAME}.py", "-k", "{NAME}"])
@@ -226,4 +229,4 @@ def test_four_files_are_picked_up_by_every_machinery(copy_with_throwaway: Path) 
         f"torch_impl/{NAME}.py",
     ]
     assert f"tests/test_{NAME}.py" in report["covering"] and "tests/test_parity.py" in report["covering"]
-    assert report["selfcheck"] == ["killed"] * 3  # each stop removed makes a test fail
+    assert report["selfcheck"] == ["killed 1"] * 3 + ["survived 0"]  # each stop removed makes a test fail

@@ -5,23 +5,15 @@ from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from shared.apps.cli import main
 
-# The README snippet: the Python API on one's own models (here the worked CNN port stands in for them).
-SNIPPET = """
-from shared.apps.check import check_port
-from torch_impl.ports import cnn as torch_cnn
-from jax_impl.ports import cnn as jax_cnn
-
-report = check_port(torch_cnn.build(), jax_cnn.build(**torch_cnn.SIZES["small"]), torch_cnn.batch(),
-                    torch_loss=torch_cnn.loss, jax_loss=jax_cnn.loss,
-                    torch_optimizer=torch_cnn.optimizer, jax_optimizer=jax_cnn.optimizer())
-print(report.table())  # float64 then float32: weights, outputs, loss, gradients, 5 optimizer steps
-assert report.ok, report.named()
-"""
+# The README snippet, read from README.md: the Python API on one's own models (the worked CNN port stands in for them).
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+SNIPPET = README.split("## Check your own port", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
 
 # FILE.py for the CLI: the names the README documents
 PORT_FILE = """
