@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from shared.apps import bench, cli, site
 from shared.apps.bench import steps as bench_steps
@@ -769,3 +770,29 @@ def test_tbptt_sweep_drops_the_longest_sequences_when_keep_says_so() -> None:
     assert asked == [(8, 0), (16, 1), (32, 2)] and out["config"]["T"] == [8, 16]
     assert len(out["rows"]) == 2 * 3 * 2 and {r["T"] for r in out["rows"]} == {8, 16}
     assert all(g["T_ratio"] == 2 for g in out["growth"].values())
+
+
+def test_the_port_check_section_is_validated_and_reported(quick: dict) -> None:
+    """A full run adds `port_check` (shared.apps.check.bench_one_million): its fields are checked like the
+    other sections, and the tables, docs/bench.md and the README summary give its seconds and verdict."""
+    section = {
+        "model": "transformer",
+        "parameters": 1_003_530,
+        "steps": 5,
+        "seconds": {"float64": 8.25, "float32": 6.5, "diagnosis": 0.01, "total": 14.75},
+        "cpu_seconds": 18.5,
+        "ok": True,
+    }
+    payload = {**json.loads(json.dumps(quick)), "port_check": section}
+    bench.check_payload(payload)
+    line = (
+        "Port check of the 1,003,530-parameter worked transformer (float64 + float32 + 5 optimizer steps): "
+        "14.8 s wall (8.2 s float64, 6.5 s float32), 18.5 s CPU; the port matches (issue target: under 30 s on 2 cores)."
+    )
+    assert line in bench.markdown(payload) and f"- {line}" in bench.summary(payload)
+    console = Console(record=True, width=400)
+    bench.print_tables(payload, console)
+    assert line in console.export_text()
+    with pytest.raises(ValueError, match=r"field payload\.port_check\.seconds\.float32 expected a finite number"):
+        bench.check_payload(_broken(payload, "port_check.seconds.float32", float("nan")))
+    assert "port_check" not in quick  # named scenarios (and --quick) leave the 20 s check out

@@ -87,7 +87,9 @@ def run(
     """Run the bench in a fresh interpreter and return its payload (see shared.apps.bench).
 
     scenarios: names of scenarios with a step (default all); frozen_backbone adds the freezing
-    section and tbptt the truncation memory sweep, and both run when no name is given.
+    section and tbptt the truncation memory sweep, and both run when no name is given; the port
+    check of a 1 M-parameter model (`shared.apps.check.bench_one_million`) runs in a full run of
+    every scenario only.
     threads: CPUs for both frameworks (default: choose_threads). budget_s: seconds the whole
     command may take, start-up included (default SIZES[mode]["budget_s"]); rounds stop at
     each phase's share of it, never below MIN_ROUNDS.
@@ -114,6 +116,7 @@ def run(
         "scenarios": names,
         "freezing": "frozen_backbone" in names,
         "tbptt": "tbptt" in names,
+        "port_check": not scenarios and not quick,  # the full default run only: one 20 s check, no rounds
         "repeats": repeats,
         "threads": threads,
         "threads_chosen": why,

@@ -97,6 +97,14 @@ OPTIONAL = {
         },
         "claim": {"claim": str},
     },
+    "port_check": {
+        "model": str,
+        "parameters": int,
+        "steps": int,
+        "seconds": {k: NUMBER for k in ("float64", "float32", "diagnosis", "total")},
+        "cpu_seconds": NUMBER,
+        "ok": bool,
+    },
     "tbptt_memory": {
         "config": {"B": int, "H": int, "T": [int]},
         "rows": [

@@ -18,6 +18,7 @@ __all__ = [
     "HEADERS",
     "ordered",
     "on_gpu",
+    "port_check_line",
     "device_heading",
     "ratio_cell",
     "first_call_cell",
@@ -190,6 +191,18 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
+def port_check_line(payload: Mapping) -> str:
+    """One sentence on the port check of the 1 M-parameter model (absolute seconds: the target is a time)."""
+    pc = payload["port_check"]
+    sec = pc["seconds"]
+    verdict = "the port matches" if pc["ok"] else "the port DIFFERS (a bug in the worked port or the checker)"
+    return (
+        f"Port check of the {pc['parameters']:,}-parameter worked {pc['model']} (float64 + float32 + {pc['steps']} "
+        f"optimizer steps): {sec['total']:.1f} s wall ({sec['float64']:.1f} s float64, {sec['float32']:.1f} s float32), "
+        f"{pc['cpu_seconds']:.1f} s CPU; {verdict} (issue target: under 30 s on 2 cores)."
+    )
+
+
 def _overhead(payload: Mapping) -> str:
     o = payload["overhead"]
     if on_gpu(payload):
@@ -225,6 +238,8 @@ def markdown(payload: Mapping) -> str:
         out += ["", "### The cost of the stop (C16)", "", *_freezing(payload)]
     if "tbptt_memory" in payload:
         out += ["", "### Memory of truncation (C11)", "", *_tbptt(payload)]
+    if "port_check" in payload:
+        out += ["", "### Checking a port of one's own", "", port_check_line(payload)]
     out += ["", *_warnings(payload), closing_note(payload)]
     return "\n".join(out) + "\n"
 
@@ -281,6 +296,8 @@ def summary(payload: Mapping) -> str:
             f"(×{g[f'torch windows k={k}']['peak_ratio']:.2f} torch); one backward grows it "
             f"×{g[f'torch one_backward k={k}']['peak_ratio']:.1f} although the carry is detached every {k} steps."
         )
+    if "port_check" in payload:
+        lines.append(f"- {port_check_line(payload)}")
     return "\n".join(lines)
 
 

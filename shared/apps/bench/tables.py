@@ -16,6 +16,7 @@ from shared.apps.bench.report import (
     ms,
     on_gpu,
     ordered,
+    port_check_line,
     ratio_cell,
     reasons,
 )
@@ -82,6 +83,8 @@ def print_tables(payload: Mapping, console: Console) -> None:
         _freezing(payload, console, gpu)
     if "tbptt_memory" in payload:
         _tbptt(payload, console, gpu)
+    if "port_check" in payload:
+        console.print(port_check_line(payload), markup=False, highlight=False)
     noisy, capped = noisy_timings(payload), capped_timings(payload)
     s = payload["settings"]
     if noisy:

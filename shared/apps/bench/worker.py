@@ -24,6 +24,7 @@ from shared.apps.bench.sizes import SIZES, fixture
 from shared.apps.bench.steps import compile_allowed, overhead, step_row
 from shared.apps.bench.timing import MIN_ROUNDS, NOISY, Budget
 from shared.apps.bench.truncation import tbptt_points, tbptt_repeats, tbptt_section
+from shared.apps.check import bench_one_million
 from shared.core import registry
 from shared.core.fixtures import make
 from shared.core.runner import impl
@@ -31,9 +32,12 @@ from shared.core.runner import impl
 __all__ = ["WEIGHTS", "SPENT", "available_cpus", "exit_with_parent", "pin", "main"]
 
 # each phase's share of the budget left when it starts (phases absent from a run drop out)
-WEIGHTS = {"overhead": 0.02, "scenarios": 0.33, "freezing": 0.12, "tbptt": 0.18, "large": 0.35}
+WEIGHTS = {"overhead": 0.02, "scenarios": 0.3, "freezing": 0.1, "tbptt": 0.15, "port_check": 0.13, "large": 0.3}
 SPENT = "skipped: the time budget (--budget) was spent before it started"
 OVER = "skipped: the time budget (--budget) and its grace were overrun before it started"
+# the port check of the 1 M-parameter model is one run, not rounds: it starts only with this much budget left
+PORT_CHECK_MIN_S = 30.0
+PORT_CHECK_SHORT = f"skipped: less than {PORT_CHECK_MIN_S:.0f} s of the time budget (--budget) was left for it"
 # at a large size the per-call overhead that cached_partial removes is dwarfed by arithmetic; its compile is not
 LARGE_LEAVE_OUT = {"jax_cached": "not measured at the large size: it removes per-call overhead (see the fixture size)"}
 
@@ -140,6 +144,7 @@ def main(config: Mapping, out_path: str) -> None:
     phases = {"overhead": 1, "scenarios": len(names), "large": len(large)}
     phases |= {"freezing": 1} if config["freezing"] else {}
     phases |= {"tbptt": len(tbptt_points(sizes["tbptt"]))} if config["tbptt"] else {}
+    phases |= {"port_check": 1} if config.get("port_check") else {}
     budget = Budget(max(budget_s, 1e-3), {k: w for k, w in WEIGHTS.items() if phases.get(k)})
     repeats, target_s = config["repeats"], sizes["target_s"]
     devices = {fw: impl(fw, "bench").configure(config["threads"]) for fw in ("torch", "jax")}
@@ -188,6 +193,13 @@ def main(config: Mapping, out_path: str) -> None:
             payload["tbptt_memory"] = tbptt_section(
                 sizes["tbptt"], tbptt_repeats(repeats), target_s, budget.item, progress.step, keep
             )
+        if config.get("port_check"):  # issue 16's target: a 1 M-parameter port checked in under 30 s
+            budget.phase("port_check")
+            progress.step("port check, 1 M-parameter transformer (float64 + float32 + 5 steps)")
+            if budget.left() < PORT_CHECK_MIN_S:
+                skipped["port_check"] = PORT_CHECK_SHORT
+            else:
+                payload["port_check"] = bench_one_million()
         if large:
             budget.phase("large")
             payload["large"] = _rows(large, "large", sizes, repeats, budget, progress, errors, skipped)
