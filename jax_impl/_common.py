@@ -25,6 +25,7 @@ __all__ = [
     "params_of",
     "load_params",
     "grads_of",
+    "MLP",
 ]
 
 
@@ -170,3 +171,17 @@ def grads_of(grads: Mapping, params: Mapping[str, np.ndarray] | None = None) -> 
     if extra:
         raise ValueError(f"grads_of: gradients {extra} match no parameter; parameters {sorted(params)}")
     return {k: out[k] if k in out else np.zeros_like(v) for k, v in params.items()}
+
+
+# -- networks the scenarios share (the lesson is in what each scenario does with them) ----------------
+
+
+class MLP(nnx.Module):
+    """out [..., O] = l2(tanh(l1(x [..., D]))): two nnx.Linear layers, parameters in the given dtype."""
+
+    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
+        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l2(jnp.tanh(self.l1(x)))

@@ -18,21 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, scenario_run, scenario_step
+from jax_impl._common import MLP, array, grads_of, load_params, numpy, scenario_run, scenario_step
 from shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
 
-__all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
-
-
-class MLP(nnx.Module):
-    """out [B, O] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x)))
+__all__ = ["ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
 
 
 class ActorCritic(nnx.Module):

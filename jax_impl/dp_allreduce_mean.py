@@ -24,22 +24,11 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_impl._common import array, flat, load_params, scenario_run
+from jax_impl._common import MLP, array, flat, load_params, scenario_run
 from jax_impl._distributed import data_mesh, on_ranks, shard
 from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["MLP", "build_model", "example_losses", "shard_loss", "full_batch_grads", "run_rank", "run"]
-
-
-class MLP(nnx.Module):
-    """pred [b, O] = l2(tanh(l1(x [b, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x)))
+__all__ = ["build_model", "example_losses", "shard_loss", "full_batch_grads", "run_rank", "run"]
 
 
 def build_model(fx) -> MLP:

@@ -26,12 +26,11 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_impl._common import array, flat, load_params, scenario_run
+from jax_impl._common import MLP, array, flat, load_params, scenario_run
 from jax_impl._distributed import data_mesh, gather_ranks, on_ranks
 from shared.core.checks import check_same_shape, check_variant
 
 __all__ = [
-    "MLP",
     "build_model",
     "micro_batches",
     "micro_loss",
@@ -41,17 +40,6 @@ __all__ = [
     "run_rank",
     "run",
 ]
-
-
-class MLP(nnx.Module):
-    """pred [b, O] = l2(tanh(l1(x [b, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x)))
 
 
 def build_model(fx) -> MLP:

@@ -21,22 +21,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
+from jax_impl._common import MLP, array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
 from shared.core import registry
 from shared.core.checks import check_int, check_same_shape, check_scalar, check_variant, check_x64
 
-__all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
-
-
-class MLP(nnx.Module):
-    """f_θ(x) [N, O] = l2(tanh(l1(x [N, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x)))
+__all__ = ["build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
 
 
 def build_model(fx) -> MLP:

@@ -20,23 +20,12 @@ import numpy as np
 import rlax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, scenario_run
+from jax_impl._common import MLP, array, grads_of, load_params, numpy, scenario_run
 from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["MLP", "Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
+__all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
 
 STORED = ("clipped", "value_unclipped", "naive_jnp_std")
-
-
-class MLP(nnx.Module):
-    """out [B, O] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x)))
 
 
 class Agent(nnx.Module):

@@ -19,21 +19,10 @@ import numpy as np
 import rlax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, scenario_run
+from jax_impl._common import MLP, array, grads_of, load_params, numpy, scenario_run
 from shared.core.checks import check_rank, check_same_shape, check_variant
 
-__all__ = ["MLP", "PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
-
-
-class MLP(nnx.Module):
-    """out [T, O] = l2(tanh(l1(x [T, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x)))
+__all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
 
 
 class PolicyBaseline(nnx.Module):

@@ -8,12 +8,13 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from shared.core.contracts import check_call, finish
 from shared.core.fixtures import Fixture, require
 from shared.core.schema import FLOAT_DTYPES
 
-__all__ = ["numerics", "scenario_run", "scenario_step", "tensor", "numpy", "grads_or_zeros"]
+__all__ = ["numerics", "scenario_run", "scenario_step", "tensor", "numpy", "grads_or_zeros", "MLP"]
 
 _BACKENDS = torch.backends
 # the float32 precision of each operation (torch >= 2.9 API) that numerics pins to "ieee";
@@ -144,3 +145,18 @@ def grads_or_zeros(loss: torch.Tensor, inputs: Sequence[torch.Tensor], **kwargs)
         return [torch.zeros_like(x) for x in inputs]
     grads = torch.autograd.grad(loss, list(inputs), allow_unused=True, **kwargs)
     return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads, strict=False)]
+
+
+# -- networks the scenarios share (the lesson is in what each scenario does with them) ----------------
+
+
+class MLP(nn.Module):
+    """out [..., O] = l2(tanh(l1(x [..., D]))): two nn.Linear layers, parameters in the given dtype."""
+
+    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.l1 = nn.Linear(d, h, dtype=dtype)
+        self.l2 = nn.Linear(h, o, dtype=dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.tanh(self.l1(x)))

@@ -19,22 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared.core.checks import check_rank, check_same_shape, check_values, check_variant
-from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from torch_impl._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import grads_of, load_params
 
-__all__ = ["MLP", "ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
-
-
-class MLP(nn.Module):
-    """out [B, O] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, o, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x)))
+__all__ = ["ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
 
 
 class ActorCritic(nn.Module):

@@ -16,27 +16,14 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import scenario_run, tensor
+from torch_impl._common import MLP, scenario_run, tensor
 from torch_impl._distributed import data_mesh, on_ranks, shard
 from torch_impl._layout import grads_of, load_params
 
-__all__ = ["MLP", "build_model", "example_losses", "shard_loss", "full_batch_grads", "run_rank", "run"]
-
-
-class MLP(nn.Module):
-    """pred [b, O] = l2(tanh(l1(x [b, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, o, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x)))
+__all__ = ["build_model", "example_losses", "shard_loss", "full_batch_grads", "run_rank", "run"]
 
 
 def build_model(fx) -> MLP:

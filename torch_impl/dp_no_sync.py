@@ -18,16 +18,14 @@ import contextlib
 
 import numpy as np
 import torch
-from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import scenario_run, tensor
+from torch_impl._common import MLP, scenario_run, tensor
 from torch_impl._distributed import data_mesh, gather_ranks, on_ranks, shard
 from torch_impl._layout import grads_of, load_params, params_of
 
 __all__ = [
-    "MLP",
     "build_model",
     "micro_batches",
     "micro_loss",
@@ -37,18 +35,6 @@ __all__ = [
     "run_rank",
     "run",
 ]
-
-
-class MLP(nn.Module):
-    """pred [b, O] = l2(tanh(l1(x [b, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, o, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x)))
 
 
 def build_model(fx) -> MLP:

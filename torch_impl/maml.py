@@ -18,27 +18,14 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from torch import nn
 from torch.func import functional_call
 
 from shared.core import registry
 from shared.core.checks import check_int, check_same_shape, check_scalar, check_variant
-from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from torch_impl._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
 from torch_impl._layout import load_params, params_of
 
-__all__ = ["MLP", "build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
-
-
-class MLP(nn.Module):
-    """f_θ(x) [N, O] = l2(tanh(l1(x [N, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, o, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x)))
+__all__ = ["build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
 
 
 def build_model(fx) -> MLP:

@@ -19,24 +19,12 @@ from torch import nn
 from torch.distributions import Categorical
 
 from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import MLP, numpy, scenario_run, tensor
 from torch_impl._layout import grads_of, load_params
 
-__all__ = ["MLP", "Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
+__all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
 
 STORED = ("clipped", "value_unclipped", "naive_jnp_std")
-
-
-class MLP(nn.Module):
-    """out [B, O] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, o, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x)))
 
 
 class Agent(nn.Module):

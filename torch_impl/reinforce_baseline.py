@@ -19,22 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from shared.core.checks import check_rank, check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import MLP, numpy, scenario_run, tensor
 from torch_impl._layout import grads_of, load_params
 
-__all__ = ["MLP", "PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
-
-
-class MLP(nn.Module):
-    """out [T, O] = l2(tanh(l1(x [T, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, o, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x)))
+__all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
 
 
 class PolicyBaseline(nn.Module):
