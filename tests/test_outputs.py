@@ -215,13 +215,23 @@ def test_run_json_over_a_file_size_limit_keeps_the_previous_file(tmp_path, capsy
     assert json.loads(path.read_text()) == {"previous": True} and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
-def test_run_json_replaces_a_symlink_and_spares_its_target(tmp_path) -> None:
+def test_json_replaces_only_an_earlier_report(tmp_path, capsys) -> None:
+    """--json writes an absent path or over an earlier report of the package; a symlink, the user's
+    port source or any other file is left alone with exit 2 (every command writes through write_json)."""
     target, link = tmp_path / "target.txt", tmp_path / "out.json"
     target.write_text("not yours")
     link.symlink_to(target)
-    assert cli.main([*RUN, "--json", str(link)]) == 0
-    assert target.read_text() == "not yours" and not link.is_symlink()
-    assert json.loads(link.read_text())["ok"] is True
+    source = tmp_path / "my_port.py"
+    source.write_text("torch_model = ...\n")
+    for path in (link, source, target):
+        assert cli.main([*RUN, "--json", str(path)]) == 2
+        assert "a file this command did not write is there" in " ".join(capsys.readouterr().err.split())
+    assert target.read_text() == "not yours" and link.is_symlink() and source.read_text() == "torch_model = ...\n"
+    fresh = tmp_path / "run.json"
+    assert (
+        cli.main([*RUN, "--json", str(fresh)]) == 0 and cli.main([*RUN, "--json", str(fresh)]) == 0
+    )  # its own: replaced
+    assert json.loads(fresh.read_text())["ok"] is True
 
 
 class _ClosedStdout(io.TextIOBase):

@@ -174,6 +174,18 @@ def _jloss(m, b):
 BATCH = {"x": np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)}
 
 
+def _nan_tiny() -> _Tiny:
+    m = _Tiny().eval()
+    with torch.no_grad():
+        m.fc.weight[0, 0] = float("nan")
+    return m
+
+
+class _NoParams(nnx.Module):
+    def __call__(self, x):
+        return x
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -198,7 +210,30 @@ BATCH = {"x": np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)}
             {"torch_optimizer": lambda p: torch.optim.SGD(p, 0.1)},
             r"torch_optimizer / jax_optimizer: expected both or neither",
         ),
-        ({"steps": -1}, r"steps: expected an integer >= 0, got -1"),
+        ({"steps": -1}, r"steps: expected an integer in \[0, 100\], got -1"),
+        ({"steps": 10**9}, r"steps: expected an integer in \[0, 100\], got 1000000000"),
+        ({"transfer": "no"}, r"transfer: expected True or False, got 'no'"),
+        (
+            {"torch_optimizer": 3, "jax_optimizer": "sgd"},
+            r"torch_optimizer: expected a function params -> torch.optim.Optimizer, got int 3",
+        ),
+        ({"mapping": {"nope": "nothing"}}, r"mapping: expected torch path prefixes of the model, got \['nope'\]"),
+        (
+            {"batch": {"x": np.zeros((0, 3), np.float32)}},
+            r"batch\['x'\]: expected a non-empty array, got shape \(0, 3\)",
+        ),
+        (
+            {
+                "torch_loss": lambda m, b: _tloss(m, b) * float("nan"),
+                "jax_loss": lambda m, b: _jloss(m, b) * float("nan"),
+            },
+            r"torch_loss: expected a finite loss on the batch \(float64\), got nan",
+        ),
+        ({"torch_model": _nan_tiny()}, r"torch_model: expected finite weights, got NaN / inf in fc.weight"),
+        (
+            {"torch_model": nn.Identity(), "jax_model": _NoParams()},
+            r"torch_model: expected parameters or buffers to compare, got none",
+        ),
         ({"torch_model": object()}, r"torch_model: expected a torch.nn.Module, got object"),
         ({"jax_model": object()}, r"jax_model: expected a flax.nnx.Module, got object"),
     ],

@@ -73,14 +73,19 @@ def test_a_worked_port_by_name(capsys) -> None:
             ["check", "{file}"],
             "batch['image']: expected finite values",
         ),
+        ("import sys\nsys.exit(0)\n", ["check", "{file}"], "running it raised SystemExit: 0"),  # not "matches"
+        ("raise SystemExit('bye')\n", ["check", "{file}"], "running it raised SystemExit: bye"),  # not "differs"
+        (None, ["check", "cnn:"], "worked port cnn: variant expected one of ['correct'"),
+        (None, ["check", "{dir}"], "FILE expected a Python file (.py) or one of"),
         (None, ["check", "cnn", "--steps", "-1"], None),
+        (None, ["check", "cnn", "--steps", "101"], None),
     ],
 )
 def test_bad_input_exits_2(tmp_path, capsys, text, argv, message) -> None:
     port = tmp_path / "bad.py"
     if text is not None:
         port.write_text(textwrap.dedent(text))
-    argv = [a.format(file=port) for a in argv]
+    argv = [a.format(file=port, dir=tmp_path) for a in argv]
     if message is None:  # argparse refuses the value itself
         with pytest.raises(SystemExit) as exc:
             main(argv)

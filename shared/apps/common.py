@@ -247,15 +247,33 @@ def _umask() -> int:
 # -- one file ------------------------------------------------------------------------------------
 
 
+def _our_json(path: Path) -> bool:
+    """Whether `path` is a plain file holding a JSON report of this package (an object with `versions`)."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("versions"), dict) and "jax" in data["versions"]
+
+
 def write_json(path: Path | str, payload: Mapping) -> None:
     """Write `payload` as JSON atomically: a temporary file in the same folder, renamed over `path`
     once complete, so a full disk, a file-size limit or an interrupt never leaves a truncated file
-    (a previous file there stays as it was). A symlink at `path` is replaced, never written through.
+    (a previous file there stays as it was). Only an absent path or an earlier report of this
+    package (a JSON object with `versions`) is replaced: any other file, or a symlink, is left alone.
 
-    Raises OSError (the caller reports it: exit 2, never the code of a failed check), or
-    KeyboardInterrupt if a SIGINT arrived during the command (nothing is written).
+    Raises OSError (the caller reports it: exit 2, never the code of a failed check): FileExistsError
+    for a file this package did not write; KeyboardInterrupt if a SIGINT arrived during the command
+    (nothing is written).
     """
     path = Path(path)
+    if (path.exists() or path.is_symlink()) and not _our_json(path):
+        raise FileExistsError(
+            errno.EEXIST, "a file this command did not write is there (not a JSON report of detach-parity)", str(path)
+        )
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; the result should read like any file written here
     try:

@@ -40,6 +40,7 @@ from shared.apps.common import (
     check_interrupted,
     json_path,
     print_error,
+    versions,
     write_json,
 )
 from shared.core.runner import FRAMEWORKS, impl
@@ -463,6 +464,7 @@ def cmd_selfcheck(args: argparse.Namespace, console) -> int:
         killed = sum(o.status == "killed" for o in outcomes)
         if args.json:  # before any output: a closed stdout must not lose the outcomes
             payload = {
+                "versions": versions(),
                 "killed": killed,
                 "total": len(outcomes),
                 "seconds": round(elapsed, 1),

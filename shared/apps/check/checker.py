@@ -22,7 +22,9 @@ from shared.apps.check.match import Plan, PortInputError, plan
 from shared.apps.check.report import PortReport
 from shared.core.runner import impl
 
-__all__ = ["check_port", "validate_batch"]
+__all__ = ["MAX_STEPS", "check_port", "validate_batch"]
+
+MAX_STEPS = 100  # optimizer steps compared: drift shows within a few; more only takes longer
 
 
 def validate_batch(batch) -> dict[str, np.ndarray]:
@@ -34,6 +36,8 @@ def validate_batch(batch) -> dict[str, np.ndarray]:
         if not isinstance(key, str):
             raise PortInputError(f"batch: keys expected str, got {key!r}")
         arr = np.asarray(value)
+        if arr.size == 0:
+            raise PortInputError(f"batch[{key!r}]: expected a non-empty array, got shape {arr.shape}")
         if arr.dtype.kind not in "biuf":
             raise PortInputError(f"batch[{key!r}]: expected a numeric numpy array, got dtype {arr.dtype}")
         if arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
@@ -63,8 +67,17 @@ class _Checker:
             raise PortInputError("torch_step / jax_step: expected both or neither, got one")
         if (torch_optimizer is None) != (jax_optimizer is None):
             raise PortInputError("torch_optimizer / jax_optimizer: expected both or neither, got one")
-        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
-            raise PortInputError(f"steps: expected an integer >= 0, got {steps!r}")
+        if not isinstance(steps, int) or isinstance(steps, bool) or not 0 <= steps <= MAX_STEPS:
+            raise PortInputError(f"steps: expected an integer in [0, {MAX_STEPS}], got {steps!r}")
+        if not isinstance(transfer, bool):
+            raise PortInputError(f"transfer: expected True or False, got {transfer!r}")
+        for name, fn, what in (
+            ("torch_optimizer", torch_optimizer, "a function params -> torch.optim.Optimizer"),
+            ("torch_step", torch_step, "a function (model, batch) -> loss"),
+            ("jax_step", jax_step, "a function (model, batch) -> loss"),
+        ):
+            if fn is not None and not callable(fn):  # an optimizer instance is the usual slip
+                raise PortInputError(f"{name}: expected {what}, got {type(fn).__name__} {fn!r:.60}")
         self.T, self.J = impl("torch", "port"), impl("jax", "port")  # layouts: read, write, convert
         self.TR, self.JR = impl("torch", "port_run"), impl("jax", "port_run")  # runs: forward, gradients, steps
         for check, model in ((self.T.check_model, torch_model), (self.J.check_model, jax_model)):
@@ -77,7 +90,7 @@ class _Checker:
         self.losses = (torch_loss, jax_loss)
         self.optimizers = (torch_optimizer, jax_optimizer)
         self.user_steps = (torch_step, jax_step)
-        self.mapping, self.transfer = mapping, bool(transfer)
+        self.mapping, self.transfer = mapping, transfer
         self.k = steps if (torch_optimizer or torch_step) else 0
         self.progress = progress or (lambda msg: None)
         self.wrt = jax_optimizer[1] if _pair(jax_optimizer) else None
@@ -101,7 +114,15 @@ class _Checker:
         tstruct, jstruct = self._impl(T.structure, tm), J.structure(jm)
         pl = plan(tstruct, jstruct, self.mapping)
         self.plan, self.structures = pl, (tstruct, jstruct)
-        p.expected, p.sources, p.dropped = self._native(jm, pl, T.read(tm))
+        weights = T.read(tm)
+        if not any(weights.values()):
+            raise PortInputError("torch_model: expected parameters or buffers to compare, got none")
+        for unit, leaves in weights.items():  # the reference must be a number: NaN would equal NaN
+            for leaf, value in leaves.items():
+                if not np.all(np.isfinite(value)):
+                    name = next(u["leaves"][leaf]["source"] for u in tstruct["units"] if u["path"] == unit)
+                    raise PortInputError(f"torch_model: expected finite weights, got NaN / inf in {name}")
+        p.expected, p.sources, p.dropped = self._native(jm, pl, weights)
         left = sorted(set(jstruct["variables"]) - set(p.expected))
         if left:
             shapes = ", ".join(f"{k} {jstruct['variables'][k]['shape']}" for k in left)
@@ -112,6 +133,9 @@ class _Checker:
         t0, j0 = T.copy_model(tm, dtype), J.copy_model(jm, dtype)  # the start: one forward, then the K steps
         batch = _cast(self.batch, dtype)
         p.torch, p.torch_steps = self._torch_side(t0, j0, pl, batch, dtype)
+        loss = np.asarray(p.torch["loss"])
+        if not np.all(np.isfinite(loss)):
+            raise PortInputError(f"torch_loss: expected a finite loss on the batch ({dtype}), got {loss}")
         p.jax, p.jax_steps = self._jax_side(j0, batch, dtype)
         self._torch_grads(p, jm, pl)
 

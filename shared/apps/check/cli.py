@@ -20,10 +20,10 @@ import argparse
 import runpy
 from pathlib import Path
 
-from shared.apps.check.checker import check_port
+from shared.apps.check.checker import MAX_STEPS, check_port
 from shared.apps.check.match import PortInputError
 from shared.apps.check.ports import WORKED, case, parse
-from shared.apps.common import UsageError, json_path, non_negative_int, versions, write_json
+from shared.apps.common import UsageError, bounded_int, json_path, versions, write_json
 
 __all__ = ["REQUIRED", "OPTIONAL", "load_file", "cmd_check", "add_parser"]
 
@@ -38,7 +38,9 @@ def load_file(path: str) -> dict:
         raise UsageError(f"FILE expected a Python file (.py) or one of {list(WORKED)}, got {path!r}")
     try:
         names = runpy.run_path(str(file), run_name="__detach_parity_check__")
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a file's exit status must not become the verdict
         raise UsageError(f"{path}: running it raised {type(exc).__name__}: {exc}") from None
     missing = [n for n in REQUIRED if n not in names]
     if missing:
@@ -48,7 +50,7 @@ def load_file(path: str) -> dict:
 
 def cmd_check(args: argparse.Namespace, console) -> int:
     target = args.file
-    if target.endswith(".py"):
+    if target.endswith(".py") or "/" in target or Path(target).exists():  # a path, not a worked port's name
         kwargs = load_file(target)
     else:
         try:
@@ -83,5 +85,10 @@ def add_parser(sub) -> None:
     )
     p.add_argument("file", metavar="FILE.py|WORKED[:VARIANT]", help=f"your port file, or one of {list(WORKED)}")
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the report as JSON")
-    p.add_argument("--steps", type=non_negative_int, default=5, help="optimizer steps compared (default 5)")
+    p.add_argument(
+        "--steps",
+        type=bounded_int(0, MAX_STEPS),
+        default=5,
+        help=f"optimizer steps compared (default 5, at most {MAX_STEPS})",
+    )
     p.set_defaults(func=cmd_check)

@@ -108,6 +108,14 @@ def plan(torch_structure: Mapping, jax_structure: Mapping, mapping: Mapping[str,
             result.units.setdefault(junit, "Parameter")
             result.pairs[(unit["path"], leaf)] = (junit, jleaf)
             result.sources[variables[alias]] = facts["source"]
+    names = [u["name"] for u in torch_structure["units"]] + [
+        f["source"] for u in torch_structure["units"] for f in u["leaves"].values()
+    ]
+    unused = [k for k in mapping or {} if k and not any(n == k or n.startswith(f"{k}.") for n in names)]
+    if unused:  # a prefix that names nothing is a typo, not a mapping
+        raise PortInputError(
+            f"mapping: expected torch path prefixes of the model, got {unused} (no torch name starts so)"
+        )
     if missing:
         near = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in sorted(jax_structure["variables"].items()))
         raise PortInputError(

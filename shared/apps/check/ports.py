@@ -32,8 +32,10 @@ def variants(name: str) -> dict[str, str | None]:
 
 def parse(text: str) -> tuple[str, str]:
     """`cnn` or `cnn:bn_momentum` -> (name, variant); PortInputError naming the valid ones."""
-    name, _, variant = text.partition(":")
+    name, colon, variant = text.partition(":")
     known = variants(name)
+    if colon and not variant:
+        raise PortInputError(f"worked port {name}: variant expected one of {list(known)} after ':', got nothing")
     variant = variant or "correct"
     if variant not in known:
         raise PortInputError(f"worked port {name}: variant expected one of {list(known)}, got {variant!r}")
