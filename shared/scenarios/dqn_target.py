@@ -10,9 +10,12 @@ Shapes: B transitions, D observation features, H hidden units, A actions.
   soft target ← τ·online + (1 − τ)·target; hard target ← online.
 The max is pinned: value and gradient at the first maximal index (argmax + gather),
 the same convention in torch, JAX and here. The fixture has an exact tie: next_obs
-of transition TIE_ROW is the zero vector, hidden unit 0 has bias 0 (so tanh gives an
-exact 0), and the output columns of actions 1 and 2 differ only in row 0 with equal
-biases; Q(s′, 1) == Q(s′, 2) bit for bit in float32 and float64, in both networks.
+of transition TIE_ROW is the zero vector and every hidden unit but TIE_UNIT has bias 0
+(tanh gives exact zeros), the output columns of actions 1 and 2 agree in row TIE_UNIT and
+have equal biases; each of the two Q-values is then one product plus zeros plus the bias,
+so Q(s′, 1) == Q(s′, 2) bit for bit in float32 and float64, in both networks, whatever
+order or FMA a matmul uses (a tie of several products broke by one ulp in XLA's float64 dot
+for H = 4, A = 3: seed 2537).
 Transition DONE_ROW is terminal (done = 1): dropping (1 − done) changes its target.
 """
 
@@ -27,7 +30,7 @@ from shared.core.schema import Field
 NETS = ("online", "target")
 LAYERS = {"l1/kernel": ("D", "H"), "l1/bias": ("H",), "l2/kernel": ("H", "A"), "l2/bias": ("A",)}
 PARAMS = {f"{net}/{k}": shape for net in NETS for k, shape in LAYERS.items()}
-TIE_ROW, DONE_ROW, TIE_ACTIONS = 1, 3, (1, 2)
+TIE_ROW, DONE_ROW, TIE_ACTIONS, TIE_UNIT = 1, 3, (1, 2), 1
 
 SCHEMA = {
     "obs": Field(("B", "D"), doc="observations s"),
@@ -53,8 +56,8 @@ def _tied_network(rng: np.random.Generator, next_obs: np.ndarray, sizes: dict[st
     d, h, a = sizes["D"], sizes["H"], sizes["A"]
     while True:
         p = {"l1/kernel": rng.normal(size=(d, h)), "l1/bias": rng.normal(size=h), "l2/kernel": rng.normal(size=(h, a))}
-        p["l1/bias"][0] = 0.0  # tanh(0 · W + 0) = 0 exactly at s′ = 0
-        p["l2/kernel"][1:, 2] = p["l2/kernel"][1:, 1]  # columns 1, 2 differ only where the feature is 0
+        p["l1/bias"][np.arange(h) != TIE_UNIT] = 0.0  # tanh(0 · W + 0) = 0 exactly at s′ = 0, but for one unit
+        p["l2/kernel"][TIE_UNIT, 2] = p["l2/kernel"][TIE_UNIT, 1]  # columns 1, 2 agree where the feature is not 0
         p["l2/bias"] = rng.normal(size=a)
         q0 = np.tanh(p["l1/bias"]) @ p["l2/kernel"]
         others = np.delete(p["l2/bias"] + q0, TIE_ACTIONS).max()
@@ -67,7 +70,7 @@ def _tied_network(rng: np.random.Generator, next_obs: np.ndarray, sizes: dict[st
 
 
 def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
-    # small shapes from the seed; B > DONE_ROW, H >= 2 (unit 0 carries the tie), A >= 3 (a tie above action 0)
+    # small shapes from the seed; B > DONE_ROW, H >= 2 (unit TIE_UNIT carries the tie), A >= 3 (a tie above action 0)
     sizes = {"B": int(rng.integers(4, 7)), "D": int(rng.integers(2, 5)), "H": int(rng.integers(2, 6))}
     sizes["A"] = int(rng.integers(3, 6))
     obs = rng.normal(size=(sizes["B"], sizes["D"]))
