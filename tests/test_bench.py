@@ -550,10 +550,11 @@ def test_a_failed_measuring_process_exits_1_and_keeps_the_previous_json(monkeypa
 
 def test_json_is_written_atomically(tmp_path) -> None:
     path = tmp_path / "bench.json"
-    path.write_text("old", encoding="utf-8")
+    old = json.dumps({"versions": {"jax": "0.10.2"}, "old": True})  # an earlier report: write_json may replace it
+    path.write_text(old, encoding="utf-8")
     with pytest.raises(TypeError):
         write_json(path, {"not serialisable": object()})
-    assert path.read_text(encoding="utf-8") == "old" and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
+    assert path.read_text(encoding="utf-8") == old and [p.name for p in tmp_path.iterdir()] == ["bench.json"]
     write_json(path, {"a": 1})
     assert json.loads(path.read_text(encoding="utf-8")) == {"a": 1}
     umask = os.umask(0)
