@@ -20,21 +20,10 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, load_params, params_of, scenario_run
+from jax_impl._common import MLP, array, load_params, params_of, scenario_run
 from shared.core.checks import check_same_shape, check_variant
 
-__all__ = ["MLP", "init_params", "build_model", "train", "run"]
-
-
-class MLP(nnx.Module):
-    """pred [B, O] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x)))
+__all__ = ["init_params", "build_model", "train", "run"]
 
 
 def init_params(fx, variant: str) -> dict[str, np.ndarray]:

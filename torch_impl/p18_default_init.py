@@ -19,22 +19,10 @@ import torch
 from torch import nn
 
 from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
+from torch_impl._common import MLP, numpy, scenario_run, tensor
 from torch_impl._layout import load_params, params_of
 
-__all__ = ["MLP", "init_params", "build_model", "train", "run"]
-
-
-class MLP(nn.Module):
-    """pred [B, O] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, o: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, o, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x)))
+__all__ = ["init_params", "build_model", "train", "run"]
 
 
 def init_params(fx, variant: str) -> dict[str, np.ndarray]:
