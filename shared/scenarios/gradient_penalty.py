@@ -75,7 +75,12 @@ def build(rng: np.random.Generator, case: str) -> dict[str, np.ndarray]:
         p["critic/l1/bias"] = -x_hat[ZERO_ROW] @ p["critic/l1/kernel"] - 1.0
         acts = [pre(p, v) for v in (x_hat, a["real"], generate(p, a["z"]))]
         on = acts[0] > 0
-        if min(np.abs(v).min() for v in acts) > MARGIN and on[np.arange(sizes["B"]) != ZERO_ROW].any(1).all():
+        # ∂L/∂b_1 = (mean 1[a_fake > 0] − mean 1[a_real > 0]) ⊙ W_2: the large negative b_1 above can switch
+        # every unit off for both batches, and the output bias's gradient is zero by design; the lesson needs
+        # the first layer's bias to learn (seed 896502738 drew all units off)
+        db1 = ((acts[2] > 0).mean(0) - (acts[1] > 0).mean(0)) * p["critic/l2/kernel"][:, 0]
+        clear = min(np.abs(v).min() for v in acts) > MARGIN
+        if clear and on[np.arange(sizes["B"]) != ZERO_ROW].any(1).all() and np.abs(db1).max() > MARGIN:
             break
     a.update({f"params/{k}": v for k, v in p.items()}, gp_weight=np.array(10.0))
     return a
