@@ -1,4 +1,5 @@
 # make report : create .venv if missing or stale, then run every scenario, both frameworks, vs the oracle
+#               (in two processes: --jobs 2)
 # make test   : the same venv, then the import-linter contracts (pyproject.toml) and the pytest suite
 # make selfcheck : mutation self-check (every gradient-control site removed must fail a test)
 # make site   : the static HTML reference in site/ (fresh run, figures, cheat sheet; bench plots if reports/bench.json exists)
@@ -31,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $(STAMP)
 
 report: $(STAMP) | $(JAX_CACHE)
-	$(VENV)/bin/detach-parity run
+	$(VENV)/bin/detach-parity run --jobs 2
 
 test: $(STAMP) | $(JAX_CACHE)
 	$(VENV)/bin/lint-imports

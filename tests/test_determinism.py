@@ -1,4 +1,4 @@
-"""Two runs of `detach-parity run --json` give identical files apart from timing fields."""
+"""Two runs of `detach-parity run --json` give identical files apart from timing fields, in one process or in two."""
 
 from __future__ import annotations
 
@@ -26,3 +26,26 @@ def test_run_json_is_deterministic(tmp_path) -> None:
     assert a["results"] and len(a["results"]) == len(b["results"])
     assert "seconds" in a and "seconds" in a["results"][0]  # timing is there, and only there
     assert strip_timing(a) == strip_timing(b)
+
+
+def test_two_processes_give_the_file_of_one(tmp_path) -> None:
+    """`--jobs 2` (what `make report` runs): scenarios in spawned processes, results back in the order of one job."""
+    paths = {jobs: tmp_path / f"jobs{jobs}.json" for jobs in (1, 2)}
+    for jobs, path in paths.items():
+        argv = [
+            "run",
+            "basics",
+            "p01_std_convention",
+            "--dtype",
+            "float64",
+            "--seed",
+            "7",
+            "--quiet",
+            "--jobs",
+            str(jobs),
+        ]
+        assert cli.main([*argv, "--json", str(path)]) == 0
+    one, two = (json.loads(p.read_text()) for p in paths.values())
+    names = [r["scenario"] for r in two["results"]]
+    assert set(names) == {"basics", "p01_std_convention"} and names == sorted(names)  # registry order, not finish order
+    assert strip_timing(one) == strip_timing(two) and len(two["results"]) == len(one["results"]) > 1

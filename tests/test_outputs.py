@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from shared.apps import cli, common, selfcheck, site
+from shared.apps import run as run_app
 from shared.apps.common import MARKER, OutputError, OutputFolder
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -328,7 +329,56 @@ def test_ctrl_c_in_a_real_process_exits_130_and_writes_nothing(tmp_path) -> None
     assert not (tmp_path / "out.json").exists() and list(tmp_path.iterdir()) == []
 
 
+def _workers(pid: int) -> list[int]:
+    """The multiprocessing workers among a process's children (their command line runs spawn_main)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return [int(c) for c in children if b"spawn_main" in _cmdline(int(c))]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # gone
+        return b""
+
+
+def test_ctrl_c_with_two_jobs_ends_the_workers_and_writes_nothing(tmp_path) -> None:
+    argv = ["run", "--jobs", "2", "--quiet", "--json", str(tmp_path / "out.json")]
+    script = f"import sys\nfrom shared.apps import cli\nsys.exit(cli.main({argv!r}))\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := _workers(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(workers) == 2, f"expected 2 worker processes, found {workers}"
+        time.sleep(1.0)  # the workers are importing or running cases
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err.decode()
+    assert "interrupted" in err.decode() and "Traceback" not in err.decode() and "KeyboardInterrupt" not in err.decode()
+    assert list(tmp_path.iterdir()) == []
+    # terminated, not left running the suite: gone, or a zombie waiting for a reaper
+    assert all(b"spawn_main" not in _cmdline(w) for w in workers), workers
+
+
 # -- bounds and repeated names -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "jobs, message",
+    [
+        ("0", f"expected an integer in [1, {run_app.MAX_JOBS}] (the CPUs this process may use), got 0"),
+        ("1000000", f"expected an integer in [1, {run_app.MAX_JOBS}] (the CPUs this process may use), got 1000000"),
+        ("two", "expected an integer, got 'two'"),
+    ],
+)
+def test_run_jobs_is_bounded_by_the_cpus(capsys, jobs: str, message: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["run", "basics", "--jobs", jobs])
+    assert exc.value.code == 2
+    assert f"argument --jobs: {message}" in " ".join(capsys.readouterr().err.split())
 
 
 def test_selfcheck_jobs_has_an_upper_bound(capsys) -> None:

@@ -1,18 +1,24 @@
 """`detach-parity run` and `detach-parity list`: the parity suite and the registered scenarios.
 
     detach-parity run [SCENARIO ...] [--variant V] [--family F] [--dtype float32|float64|all]
-                      [--seed N] [--json PATH]
+                      [--seed N] [--jobs N] [--json PATH]
     detach-parity list [--family F]
 
 Exit status of run: 0 every case passed, 1 any mismatch or error, 2 bad arguments (the
 message lists the valid names) or a JSON file that could not be written (a previous file
 there is left as it was), 130 interrupted (no JSON written). The JSON is written before
-the table, so a closed stdout (`| head -1`) cannot lose it.
+the table, so a closed stdout (`| head -1`) cannot lose it. `--jobs N` runs the scenarios in N
+fresh (spawned) processes, one scenario at a time each and the data_parallel family in one of them
+(its ranks are started once a process); the results and the JSON are the same as with one job.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import multiprocessing
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -26,6 +32,7 @@ from shared.apps.common import (
     EXIT_OK,
     EXIT_USAGE,
     UsageError,
+    bounded_int,
     check_interrupted,
     failure_line,
     json_path,
@@ -38,7 +45,9 @@ from shared.core import registry
 from shared.core.runner import iter_cases, run_case
 from shared.core.schema import FLOAT_DTYPES
 
-__all__ = ["results_table", "cmd_run", "cmd_list", "add_run", "add_list"]
+__all__ = ["results_table", "cmd_run", "cmd_list", "add_run", "add_list", "MAX_JOBS"]
+
+MAX_JOBS = max(2, len(os.sched_getaffinity(0)))
 
 
 def _fmt(x: float | None) -> str:
@@ -105,7 +114,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         raise UsageError(
             f"no case selected (scenarios {args.scenarios or 'all'}, family {args.family}, dtype {args.dtype})"
         )
-    results = []
     start = time.perf_counter()
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -117,11 +125,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         disable=args.quiet or not console.is_terminal,  # a bar in a log or a pipe is noise
     ) as progress:
         task = progress.add_task("parity", total=len(cases))
-        for spec, variant, case, dtype in cases:
-            progress.update(task, description=f"{spec.name}[{variant}] {case} {dtype}")
-            results.append(run_case(spec, variant, dtype, seed=args.seed, case=case))
-            check_interrupted()  # run_case reports errors as results; an interrupt must stop the run
-            progress.advance(task)
+        if args.jobs == 1:
+            results = []
+            for spec, variant, case, dtype in cases:
+                progress.update(task, description=f"{spec.name}[{variant}] {case} {dtype}")
+                results.append(run_case(spec, variant, dtype, seed=args.seed, case=case))
+                check_interrupted()  # run_case reports errors as results; an interrupt must stop the run
+                progress.advance(task)
+        else:
+            results = _run_in_processes(cases, args.seed, args.jobs, lambda n: progress.advance(task, n))
         elapsed = time.perf_counter() - start
         failed = [r for r in results if not r.ok]
         written = _write_results(args, results, failed, elapsed)  # before any output: a closed stdout cannot lose it
@@ -139,6 +151,48 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if not written:
         return EXIT_USAGE
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _group_key(spec) -> str:
+    return "data_parallel" if spec.family == "data_parallel" else spec.name
+
+
+def _run_group(seed: int, group: list[tuple[int, str, str, str, str]]) -> list[tuple[int, object]]:
+    """One process's share: (index, CaseResult) for each (index, scenario, variant, case, dtype)."""
+    return [(i, run_case(name, variant, dtype, seed=seed, case=case)) for i, name, variant, case, dtype in group]
+
+
+def _ignore_sigint() -> None:
+    # the parent alone answers Ctrl-C (it terminates the pool): a worker's KeyboardInterrupt traceback is noise
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_in_processes(cases: list, seed: int, jobs: int, advance) -> list:
+    """run_case for every case in `jobs` spawned processes, the results in the order of `cases`.
+
+    One task per scenario (the data_parallel family is one task: each process would start its own ranks);
+    the largest first, so that the processes finish together. Spawned, never forked: the parent may hold
+    JAX's and torch's threads. Ctrl-C terminates the workers and raises KeyboardInterrupt here.
+    """
+    groups: dict[str, list] = {}
+    for i, (spec, variant, case, dtype) in enumerate(cases):
+        groups.setdefault(_group_key(spec), []).append((i, spec.name, variant, case, dtype))
+    ordered = sorted(groups.values(), key=len, reverse=True)
+    results: list = [None] * len(cases)
+    pool = multiprocessing.get_context("spawn").Pool(min(jobs, len(ordered)), initializer=_ignore_sigint)
+    try:
+        for done in pool.imap_unordered(functools.partial(_run_group, seed), ordered):
+            for i, result in done:
+                results[i] = result
+            advance(len(done))
+            check_interrupted()
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return results
 
 
 def _write_results(args: argparse.Namespace, results: list, failed: list, elapsed: float) -> bool:
@@ -182,6 +236,12 @@ def add_run(sub) -> None:
     p.add_argument("--family", choices=registry.FAMILIES, help="only this family")
     p.add_argument("--dtype", default="all", choices=(*FLOAT_DTYPES, "all"))
     p.add_argument("--seed", type=non_negative_int, default=0, help="fixture seed (default 0)")
+    p.add_argument(
+        "--jobs",
+        type=bounded_int(1, MAX_JOBS, "the CPUs this process may use"),
+        default=1,
+        help="processes to run the scenarios in (default 1; `make report` uses 2)",
+    )
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
