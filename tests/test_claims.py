@@ -262,7 +262,8 @@ def test_cli_closed_stdout_exit_2_with_the_json_already_written(tmp_path, capsys
 
 def test_cli_unwritable_json_exit_2_and_the_old_file_kept(monkeypatch, tmp_path, capsys) -> None:
     path = tmp_path / "c.json"
-    path.write_text("mine\n", encoding="utf-8")
+    mine = '{"mine": true, "versions": {"jax": "0.10.2"}}\n'  # an earlier report: --json may replace it
+    path.write_text(mine, encoding="utf-8")
     args = _args(FIRST, "--json", str(path))
 
     def full(*_a, **_k) -> None:
@@ -273,7 +274,7 @@ def test_cli_unwritable_json_exit_2_and_the_old_file_kept(monkeypatch, tmp_path,
     captured = capsys.readouterr()
     err = " ".join(captured.err.split())
     assert f"could not write {path}" in err and "No space left on device" in err and "left as it was" in err
-    assert "1/1 claims reproduced" in captured.out and path.read_text(encoding="utf-8") == "mine\n"
+    assert "1/1 claims reproduced" in captured.out and path.read_text(encoding="utf-8") == mine
     monkeypatch.undo()
     gone = tmp_path / "gone"
     gone.mkdir()

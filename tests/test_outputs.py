@@ -26,6 +26,7 @@ from shared.apps.common import MARKER, OutputError, OutputFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["run", "basics", "--variant", "z_stopped", "--dtype", "float64", "--quiet"]  # 2 cases, about a second
+PREVIOUS = '{"previous": true, "versions": {"jax": "0.10.2"}}\n'  # an earlier report: --json may replace it
 
 
 def _siblings(folder: Path) -> list[str]:
@@ -201,7 +202,7 @@ def test_site_in_a_read_only_working_directory_exits_2(monkeypatch, capsys) -> N
 
 def test_run_json_over_a_file_size_limit_keeps_the_previous_file(tmp_path, capsys) -> None:
     path = tmp_path / "out.json"
-    path.write_text('{"previous": true}\n')
+    path.write_text(PREVIOUS)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     # `ulimit -f 1` (the JSON is ~2 KiB); Python ignores SIGXFSZ, so the write fails with EFBIG
     resource.setrlimit(resource.RLIMIT_FSIZE, (1024, hard))
@@ -213,20 +214,25 @@ def test_run_json_over_a_file_size_limit_keeps_the_previous_file(tmp_path, capsy
     assert code == 2  # an output error, not the 1 of a failed check
     assert f"detach-parity run: error: could not write {path}" in " ".join(captured.err.split())
     assert "2 cases: 2 PASS" in captured.out  # the table still shows what was checked
-    assert json.loads(path.read_text()) == {"previous": True} and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    assert path.read_text() == PREVIOUS and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
 def test_json_replaces_only_an_earlier_report(tmp_path, capsys) -> None:
     """--json writes an absent path or over an earlier report of the package; a symlink, the user's
-    port source or any other file is left alone with exit 2 (every command writes through write_json)."""
+    port source or any other file is left alone with exit 2, refused before any work is done (the
+    argument's type checks the rule of write_json, through which every command writes)."""
     target, link = tmp_path / "target.txt", tmp_path / "out.json"
     target.write_text("not yours")
     link.symlink_to(target)
     source = tmp_path / "my_port.py"
     source.write_text("torch_model = ...\n")
-    for path in (link, source, target):
-        assert cli.main([*RUN, "--json", str(path)]) == 2
-        assert "a file this command did not write is there" in " ".join(capsys.readouterr().err.split())
+    for argv in (RUN, ["check", "cnn"], ["claims", "C01"], ["bench", "basics", "--quick"]):
+        for path in (link, source, target):
+            with pytest.raises(SystemExit) as exc:
+                cli.main([*argv, "--json", str(path)])
+            captured = capsys.readouterr()
+            assert exc.value.code == 2 and captured.out == ""  # nothing ran
+            assert "a file this package did not write: it is left alone" in " ".join(captured.err.split())
     assert target.read_text() == "not yours" and link.is_symlink() and source.read_text() == "torch_model = ...\n"
     fresh = tmp_path / "run.json"
     assert (
@@ -298,11 +304,11 @@ def test_an_interrupt_swallowed_inside_a_run_still_exits_130(tmp_path, monkeypat
 
     monkeypatch.setattr(basics, "run", swallowing)
     path = tmp_path / "out.json"
-    path.write_text('{"previous": true}\n')
+    path.write_text(PREVIOUS)
     handler = signal.getsignal(signal.SIGINT)
     assert cli.main([*RUN, "--json", str(path)]) == 130
     assert "detach-parity run: interrupted" in capsys.readouterr().err
-    assert json.loads(path.read_text()) == {"previous": True}
+    assert path.read_text() == PREVIOUS
     assert signal.getsignal(signal.SIGINT) is handler  # the caller's handler is back
 
 

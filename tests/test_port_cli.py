@@ -56,13 +56,25 @@ def test_a_buggy_port_exits_1_and_names_the_bug(tmp_path, capsys) -> None:
 def test_a_worked_port_by_name(capsys) -> None:
     assert main(["check", "cnn:fc_layout", "--steps", "0"]) == 1
     out = capsys.readouterr().out
-    assert "[P07]" in out and "fc/kernel equals the transpose" in out
+    hint = [line for line in out.splitlines() if line.startswith("hint: [P07]")]
+    assert len(hint) == 1 and "fc/kernel equals the transpose" in hint[0]  # one line, never folded
+    assert "(detach-parity show p07_linear_layout; site/p07_linear_layout.html)" in hint[0]
 
 
 @pytest.mark.parametrize(
     ("text", "argv", "message"),
     [
-        (None, ["check", "missing.py"], "FILE expected a Python file (.py) or one of ['cnn', 'gru', 'transformer']"),
+        (None, ["check", "missing.py"], "FILE: no such file 'missing.py' (expected a Python file (.py) or one of"),
+        (
+            PORT_FILE.format(variant="correct").replace("torch_optimizer, jax_optimizer", "torch_opt, jax_optimizer"),
+            ["check", "{file}"],
+            "defines 'torch_opt', which check does not read: did you mean 'torch_optimizer'?",
+        ),  # it compared no optimizer steps, with exit 0
+        (
+            PORT_FILE.format(variant="correct") + "jax_steps = lambda model, batch: 0.0\n",
+            ["check", "{file}"],
+            "defines 'jax_steps', which check does not read: did you mean 'jax_step'?",
+        ),
         (None, ["check", "cnn:nope"], "worked port cnn: variant expected one of ['correct'"),
         (None, ["check", "mlp"], "worked port: expected one of ['cnn', 'gru', 'transformer'], got 'mlp'"),
         ("torch_model = 1\n", ["check", "{file}"], "expected the names ['torch_model', 'jax_model', 'batch'"),

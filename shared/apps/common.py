@@ -129,7 +129,8 @@ def bounded_int(low: int, high: int, why: str = "") -> Callable[[str], int]:
 
 
 def json_path(text: str) -> str:
-    """A file path that can be written: its folder exists and it is not a folder itself.
+    """A file path that can be written: its folder exists, it is not a folder, and it is absent or an
+    earlier report of this package (the rule of `write_json`).
 
     Checked before any work is done, so a typo never costs a whole run.
     """
@@ -143,6 +144,11 @@ def json_path(text: str) -> str:
         )
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise argparse.ArgumentTypeError(f"expected a writable path, got {text!r}")
+    if (path.exists() or path.is_symlink()) and not _our_json(path):  # write_json's rule, before the work
+        raise argparse.ArgumentTypeError(
+            f"expected a new path or an earlier JSON report of detach-parity, got {text!r} (a file this "
+            "package did not write: it is left alone)"
+        )
     return text
 
 

@@ -17,7 +17,9 @@ WORKED is a shipped worked port (cnn, gru, transformer), optionally with a buggy
 from __future__ import annotations
 
 import argparse
+import difflib
 import runpy
+import types
 from pathlib import Path
 
 from shared.apps.check.checker import MAX_STEPS, check_port
@@ -34,6 +36,8 @@ OPTIONAL = ("torch_optimizer", "jax_optimizer", "torch_step", "jax_step", "mappi
 def load_file(path: str) -> dict:
     """Run FILE.py and collect check_port's arguments from its names; UsageError naming what is missing."""
     file = Path(path)
+    if not file.exists():
+        raise UsageError(f"FILE: no such file {path!r} (expected a Python file (.py) or one of {list(WORKED)})")
     if not file.is_file() or file.suffix != ".py":
         raise UsageError(f"FILE expected a Python file (.py) or one of {list(WORKED)}, got {path!r}")
     try:
@@ -45,6 +49,16 @@ def load_file(path: str) -> dict:
     missing = [n for n in REQUIRED if n not in names]
     if missing:
         raise UsageError(f"{path}: expected the names {list(REQUIRED)} (optional {list(OPTIONAL)}), missing {missing}")
+    # a misspelt optional name (torch_opt) would silently compare no optimizer steps
+    unread = [n for n in OPTIONAL if n not in names]
+    for defined in sorted(n for n in names if n.startswith(("torch_", "jax_")) and n not in (*REQUIRED, *OPTIONAL)):
+        close = [n for n in unread if n.startswith(defined) or defined.startswith(n)]  # torch_opt, jax_steps
+        close = close or difflib.get_close_matches(defined, unread, n=1, cutoff=0.85)  # torch_optimzer
+        if close and not isinstance(names[defined], types.ModuleType):
+            raise UsageError(
+                f"{path}: defines {defined!r}, which check does not read: did you mean {close[0]!r}? "
+                f"(names read: {list(REQUIRED)}, optional {list(OPTIONAL)})"
+            )
     return {n: names[n] for n in (*REQUIRED, *OPTIONAL) if n in names}
 
 
@@ -71,7 +85,7 @@ def cmd_check(args: argparse.Namespace, console) -> int:
             raise UsageError(f"could not write {args.json}: {exc}") from None
     console.print(report.rich_table())
     for line in report.lines():
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line each: grep and copy them whole
     return 0 if report.ok else 1
 
 

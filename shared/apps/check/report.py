@@ -53,7 +53,8 @@ class Hint:
 
     def __str__(self) -> str:
         tag = "confirmed" if self.confirmed else "hypothesis"
-        page = f" ({self.page})" if self.page else ""
+        # the lesson in the terminal, and the page of `make site` (site/<page>)
+        page = f" (detach-parity show {self.page.removesuffix('.html')}; site/{self.page})" if self.page else ""
         return f"[{self.pitfall}] {self.title}{page} at {self.where} — {tag}: {self.evidence}"
 
 
