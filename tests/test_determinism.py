@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from shared.apps import cli
+from shared.apps import run as run_app
+from shared.core import runner
 
 TIMING = {"seconds"}
 
@@ -49,3 +51,25 @@ def test_two_processes_give_the_file_of_one(tmp_path) -> None:
     names = [r["scenario"] for r in two["results"]]
     assert set(names) == {"basics", "p01_std_convention"} and names == sorted(names)  # registry order, not finish order
     assert strip_timing(one) == strip_timing(two) and len(two["results"]) == len(one["results"]) > 1
+
+
+def test_two_jobs_run_the_data_parallel_family_in_the_parent_after_the_workers(monkeypatch) -> None:
+    """Its ranks are processes of their own: the workers are done before they start (the parent's run_case is
+    replaced here, the workers' is not: the data_parallel results must come from the parent, in order)."""
+    cases = list(runner.iter_cases(["dp_no_sync", "basics"], dtypes=("float64",)))
+    parent = []
+
+    def in_parent(name, variant, dtype, seed, case):
+        parent.append(name)
+        return (name, variant, case, dtype)
+
+    monkeypatch.setattr(run_app, "run_case", in_parent)
+    advanced = []
+    results = run_app._run_in_processes(cases, 0, 2, advanced.append)
+    assert sum(advanced) == len(cases) and advanced[-1] == 1  # the family's cases last, one at a time
+    assert set(parent) == {"dp_no_sync"} and len(parent) == sum(s.family == "data_parallel" for s, *_ in cases) > 0
+    for (spec, variant, case, dtype), r in zip(cases, results, strict=True):
+        if spec.family == "data_parallel":
+            assert r == (spec.name, variant, case, dtype)
+        else:  # a real CaseResult from a worker
+            assert (r.scenario, r.variant, r.case, r.dtype, r.ok) == (spec.name, variant, case, dtype, True)

@@ -8,8 +8,8 @@ Exit status of run: 0 every case passed, 1 any mismatch or error, 2 bad argument
 message lists the valid names) or a JSON file that could not be written (a previous file
 there is left as it was), 130 interrupted (no JSON written). The JSON is written before
 the table, so a closed stdout (`| head -1`) cannot lose it. `--jobs N` runs the scenarios in N
-fresh (spawned) processes, one scenario at a time each and the data_parallel family in one of them
-(its ranks are started once a process); the results and the JSON are the same as with one job.
+fresh (spawned) processes, one scenario at a time each, and then the data_parallel family in this
+process (its ranks need the CPUs); the results and the JSON are the same as with one job.
 """
 
 from __future__ import annotations
@@ -153,45 +153,53 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _group_key(spec) -> str:
-    return "data_parallel" if spec.family == "data_parallel" else spec.name
-
-
 def _run_group(seed: int, group: list[tuple[int, str, str, str, str]]) -> list[tuple[int, object]]:
     """One process's share: (index, CaseResult) for each (index, scenario, variant, case, dtype)."""
     return [(i, run_case(name, variant, dtype, seed=seed, case=case)) for i, name, variant, case, dtype in group]
 
 
-def _ignore_sigint() -> None:
+def _worker_init() -> None:
     # the parent alone answers Ctrl-C (it terminates the pool): a worker's KeyboardInterrupt traceback is noise
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the fixtures are far below torch's intra-op grain size: its OpenMP threads would only spin against the
+    # other worker's (measured: the scenarios family 17.8 s → 15.0 s); set before the worker imports torch
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def _run_in_processes(cases: list, seed: int, jobs: int, advance) -> list:
-    """run_case for every case in `jobs` spawned processes, the results in the order of `cases`.
+    """run_case for every case: scenarios in `jobs` spawned processes, results in the order of `cases`.
 
-    One task per scenario (the data_parallel family is one task: each process would start its own ranks);
-    the largest first, so that the processes finish together. Spawned, never forked: the parent may hold
-    JAX's and torch's threads. Ctrl-C terminates the workers and raises KeyboardInterrupt here.
+    One task per scenario, the largest first so that the processes finish together. Spawned, never forked:
+    the parent may hold JAX's and torch's threads. The data_parallel family runs here afterwards, alone: its
+    ranks are processes of their own whose collectives poll, and beside two workers on two cores they starve
+    (measured: the whole run 147 s with the family in a worker, against 87 s in one process). Ctrl-C
+    terminates the workers and raises KeyboardInterrupt here.
     """
     groups: dict[str, list] = {}
+    alone = []
     for i, (spec, variant, case, dtype) in enumerate(cases):
-        groups.setdefault(_group_key(spec), []).append((i, spec.name, variant, case, dtype))
+        item = (i, spec.name, variant, case, dtype)
+        (alone if spec.family == "data_parallel" else groups.setdefault(spec.name, [])).append(item)
     ordered = sorted(groups.values(), key=len, reverse=True)
     results: list = [None] * len(cases)
-    pool = multiprocessing.get_context("spawn").Pool(min(jobs, len(ordered)), initializer=_ignore_sigint)
-    try:
-        for done in pool.imap_unordered(functools.partial(_run_group, seed), ordered):
-            for i, result in done:
-                results[i] = result
-            advance(len(done))
-            check_interrupted()
-        pool.close()
-    except BaseException:
-        pool.terminate()
-        raise
-    finally:
-        pool.join()
+    if ordered:
+        pool = multiprocessing.get_context("spawn").Pool(min(jobs, len(ordered)), initializer=_worker_init)
+        try:
+            for done in pool.imap_unordered(functools.partial(_run_group, seed), ordered):
+                for i, result in done:
+                    results[i] = result
+                advance(len(done))
+                check_interrupted()
+            pool.close()
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
+    for item in alone:
+        [(i, results[i])] = _run_group(seed, [item])
+        check_interrupted()
+        advance(1)
     return results
 
 
