@@ -23,6 +23,7 @@ import pytest
 from shared.apps import cli, common, selfcheck, site
 from shared.apps import run as run_app
 from shared.apps.common import MARKER, OutputError, OutputFolder
+from shared.core import runner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["run", "basics", "--variant", "z_stopped", "--dtype", "float64", "--quiet"]  # 2 cases, about a second
@@ -366,6 +367,49 @@ def test_ctrl_c_with_two_jobs_ends_the_workers_and_writes_nothing(tmp_path) -> N
     assert "interrupted" in err.decode() and "Traceback" not in err.decode() and "KeyboardInterrupt" not in err.decode()
     assert list(tmp_path.iterdir()) == []
     # terminated, not left running the suite: gone, or a zombie waiting for a reaper
+    assert all(b"spawn_main" not in _cmdline(w) for w in workers), workers
+
+
+def test_a_worker_that_dies_fails_its_cases_by_name_instead_of_hanging(tmp_path) -> None:
+    """multiprocessing.Pool replaced a killed worker and waited for its lost task forever (an adversarial pass)."""
+    argv = ["run", "--family", "scenarios", "--jobs", "2", "--quiet", "--json", str(tmp_path / "out.json")]
+    script = f"import sys\nfrom shared.apps import cli\nsys.exit(cli.main({argv!r}))\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := _workers(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(workers) == 2, f"expected 2 worker processes, found {workers}"
+        os.kill(workers[0], signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1, err.decode()
+    assert "the worker process running it died" in " ".join(out.decode().split()), out.decode()[-2000:]
+    payload = json.loads((tmp_path / "out.json").read_text())
+    lost = [r for r in payload["results"] if any("worker process running it died" in p for p in r["problems"])]
+    assert lost and not payload["ok"] and all(r["verdict"] == "ERROR" for r in lost)
+    assert len(payload["results"]) == len(list(runner.iter_cases(family="scenarios")))  # every case, none dropped
+    assert all(b"spawn_main" not in _cmdline(w) for w in workers)
+
+
+def test_workers_do_not_outlive_a_terminated_parent(tmp_path) -> None:
+    """SIGTERM (or SIGKILL) to the parent: its workers get the parent-death signal instead of running on."""
+    script = "import sys\nfrom shared.apps import cli\nsys.exit(cli.main(['run', '--jobs', '2', '--quiet']))\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while len(workers := _workers(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(workers) == 2, f"expected 2 worker processes, found {workers}"
+        time.sleep(1.0)  # past the workers' initializer
+        proc.kill()
+        proc.communicate(timeout=60)
+        deadline = time.monotonic() + 20
+        while any(b"spawn_main" in _cmdline(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        proc.kill()
     assert all(b"spawn_main" not in _cmdline(w) for w in workers), workers
 
 

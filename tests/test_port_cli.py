@@ -71,6 +71,22 @@ def test_a_worked_port_by_name(capsys) -> None:
             "defines 'torch_opt', which check does not read: did you mean 'torch_optimizer'?",
         ),  # it compared no optimizer steps, with exit 0
         (
+            PORT_FILE.format(variant="fc_layout") + "tranfer = False\n",
+            ["check", "{file}"],
+            "defines 'tranfer', which check does not read: did you mean 'transfer'?",
+        ),  # it transferred the weights and hid the user's loader bug: exit 0
+        (
+            PORT_FILE.format(variant="correct")
+            + "from collections.abc import Mapping\nmappings = {'conv1': 'conv1'}\n",
+            ["check", "{file}"],
+            "defines 'mappings', which check does not read: did you mean 'mapping'?",
+        ),  # and the imported class Mapping is not taken for a typo
+        (
+            PORT_FILE.format(variant="correct") + "mapping = 5\n",
+            ["check", "{file}"],
+            "mapping: expected a dict of torch path -> NNX path strings, got 5",
+        ),  # a TypeError traceback with exit 1, the status of a mismatch
+        (
             PORT_FILE.format(variant="correct") + "jax_steps = lambda model, batch: 0.0\n",
             ["check", "{file}"],
             "defines 'jax_steps', which check does not read: did you mean 'jax_step'?",

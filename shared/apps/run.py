@@ -15,11 +15,14 @@ process (its ranks need the CPUs); the results and the JSON are the same as with
 from __future__ import annotations
 
 import argparse
-import functools
+import contextlib
+import ctypes
 import multiprocessing
 import os
 import signal
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from rich.console import Console
@@ -42,7 +45,7 @@ from shared.apps.common import (
     write_json,
 )
 from shared.core import registry
-from shared.core.runner import iter_cases, run_case
+from shared.core.runner import CaseResult, iter_cases, run_case
 from shared.core.schema import FLOAT_DTYPES
 
 __all__ = ["results_table", "cmd_run", "cmd_list", "add_run", "add_list", "MAX_JOBS"]
@@ -159,11 +162,21 @@ def _run_group(seed: int, group: list[tuple[int, str, str, str, str]]) -> list[t
 
 
 def _worker_init() -> None:
-    # the parent alone answers Ctrl-C (it terminates the pool): a worker's KeyboardInterrupt traceback is noise
+    # the parent alone answers Ctrl-C (it ends the workers): a worker's KeyboardInterrupt traceback is noise
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # a worker must not outlive its parent (SIGTERM, SIGKILL, a crash): Linux's parent-death signal
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     # the fixtures are far below torch's intra-op grain size: its OpenMP threads would only spin against the
     # other worker's (measured: the scenarios family 17.8 s → 15.0 s); set before the worker imports torch
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _lost(items: list, seed: int, why: str) -> list[tuple[int, CaseResult]]:
+    return [(i, CaseResult(name, variant, case, dtype, seed, error=why)) for i, name, variant, case, dtype in items]
 
 
 def _run_in_processes(cases: list, seed: int, jobs: int, advance) -> list:
@@ -172,8 +185,9 @@ def _run_in_processes(cases: list, seed: int, jobs: int, advance) -> list:
     One task per scenario, the largest first so that the processes finish together. Spawned, never forked:
     the parent may hold JAX's and torch's threads. The data_parallel family runs here afterwards, alone: its
     ranks are processes of their own whose collectives poll, and beside two workers on two cores they starve
-    (measured: the whole run 147 s with the family in a worker, against 87 s in one process). Ctrl-C
-    terminates the workers and raises KeyboardInterrupt here.
+    (measured: the whole run 147 s with the family in a worker, against 87 s in one process). A worker that
+    dies (killed, out of memory, a crash in native code) fails the cases it had, by name, with the reason;
+    Ctrl-C ends the workers and raises KeyboardInterrupt here.
     """
     groups: dict[str, list] = {}
     alone = []
@@ -183,19 +197,26 @@ def _run_in_processes(cases: list, seed: int, jobs: int, advance) -> list:
     ordered = sorted(groups.values(), key=len, reverse=True)
     results: list = [None] * len(cases)
     if ordered:
-        pool = multiprocessing.get_context("spawn").Pool(min(jobs, len(ordered)), initializer=_worker_init)
+        before = set(multiprocessing.active_children())  # the caller's own children are not ours to end
+        context = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(min(jobs, len(ordered)), mp_context=context, initializer=_worker_init)
         try:
-            for done in pool.imap_unordered(functools.partial(_run_group, seed), ordered):
+            futures = {pool.submit(_run_group, seed, group): group for group in ordered}
+            for future in as_completed(futures):
+                try:
+                    done = future.result()
+                except BrokenProcessPool as exc:
+                    done = _lost(futures[future], seed, f"the worker process running it died ({exc})")
                 for i, result in done:
                     results[i] = result
                 advance(len(done))
                 check_interrupted()
-            pool.close()
         except BaseException:
-            pool.terminate()
+            for child in set(multiprocessing.active_children()) - before:
+                child.terminate()
             raise
         finally:
-            pool.join()
+            pool.shutdown(wait=True, cancel_futures=True)
     for item in alone:
         [(i, results[i])] = _run_group(seed, [item])
         check_interrupted()

@@ -18,7 +18,7 @@ import numpy as np
 
 from shared.apps.check import diagnose, flow
 from shared.apps.check.compare import Pass, rows_of
-from shared.apps.check.match import Plan, PortInputError, plan
+from shared.apps.check.match import Plan, PortInputError, check_mapping, plan
 from shared.apps.check.report import PortReport
 from shared.core.runner import impl
 
@@ -71,6 +71,7 @@ class _Checker:
             raise PortInputError(f"steps: expected an integer in [0, {MAX_STEPS}], got {steps!r}")
         if not isinstance(transfer, bool):
             raise PortInputError(f"transfer: expected True or False, got {transfer!r}")
+        check_mapping(mapping)  # before `dict(mapping)` below: 5, "ab" or [1] raised a TypeError (exit 1)
         for name, fn, what in (
             ("torch_optimizer", torch_optimizer, "a function params -> torch.optim.Optimizer"),
             ("torch_step", torch_step, "a function (model, batch) -> loss"),

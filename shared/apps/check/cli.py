@@ -51,10 +51,18 @@ def load_file(path: str) -> dict:
         raise UsageError(f"{path}: expected the names {list(REQUIRED)} (optional {list(OPTIONAL)}), missing {missing}")
     # a misspelt optional name (torch_opt) would silently compare no optimizer steps
     unread = [n for n in OPTIONAL if n not in names]
-    for defined in sorted(n for n in names if n.startswith(("torch_", "jax_")) and n not in (*REQUIRED, *OPTIONAL)):
-        close = [n for n in unread if n.startswith(defined) or defined.startswith(n)]  # torch_opt, jax_steps
-        close = close or difflib.get_close_matches(defined, unread, n=1, cutoff=0.85)  # torch_optimzer
-        if close and not isinstance(names[defined], types.ModuleType):
+    for defined in sorted(n for n in names if n not in (*REQUIRED, *OPTIONAL) and not n.startswith("__")):
+        close = [
+            n
+            for n in unread
+            if defined.startswith(("torch_", "jax_")) and (n.startswith(defined) or defined.startswith(n))
+        ]
+        close = close or difflib.get_close_matches(
+            defined.lower(), unread, n=1, cutoff=0.85
+        )  # tranfer, Transfer, mappings
+        value = names[defined]
+        helper = isinstance(value, type) or (callable(value) and not defined.startswith(("torch_", "jax_")))
+        if close and not isinstance(value, types.ModuleType) and not helper:  # `from typing import Mapping`
             raise UsageError(
                 f"{path}: defines {defined!r}, which check does not read: did you mean {close[0]!r}? "
                 f"(names read: {list(REQUIRED)}, optional {list(OPTIONAL)})"

@@ -15,11 +15,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["PortInputError", "Plan", "translate", "plan"]
+__all__ = ["PortInputError", "Plan", "check_mapping", "translate", "plan"]
 
 
 class PortInputError(ValueError):
     """Input the checker cannot compare (the message names the argument, parameter or field)."""
+
+
+def check_mapping(mapping) -> None:
+    """PortInputError unless `mapping` is None or a dict of torch path prefix -> NNX path prefix strings."""
+    if mapping is not None and (
+        not isinstance(mapping, Mapping)
+        or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items())
+    ):
+        raise PortInputError(f"mapping: expected a dict of torch path -> NNX path strings, got {mapping!r:.80}")
 
 
 def translate(name: str, mapping: Mapping[str, str] | None) -> str:
@@ -72,11 +81,7 @@ def plan(torch_structure: Mapping, jax_structure: Mapping, mapping: Mapping[str,
     both sides with their shapes; the NNX leaves no torch unit reaches are checked once the rules
     have run (see checker.py), as only the rules know which NNX leaves a unit fills.
     """
-    if mapping is not None and (
-        not isinstance(mapping, Mapping)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items())
-    ):
-        raise PortInputError(f"mapping: expected a dict of torch path -> NNX path strings, got {mapping!r}")
+    check_mapping(mapping)
     modules = _index({m["path"]: m["alias"] for m in jax_structure["modules"]}, "modules")
     variables = _index({k: v["alias"] for k, v in jax_structure["variables"].items()}, "leaves")
     result, missing = Plan(mapping=dict(mapping or {})), []
