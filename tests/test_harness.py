@@ -105,6 +105,25 @@ def test_fd_grad_refines_a_strongly_curved_loss() -> None:
     np.testing.assert_allclose(oracle.fd_grad(lambda p: cos(p["x"]), {"x": x})["x"], exact, rtol=1e-9)
 
 
+def test_fd_grad_judges_smoothness_and_rounding_at_the_functions_own_scale() -> None:
+    """An adversarial pass: a threshold of 1e-6·(1 + |f'|) let a function of size 1e-6 hide its kinks (1.0 relative
+    error), and 3e6 + f returned rounding noise (3e-7) silently; the scale is now the gradient's own."""
+    x = np.array([0.4, -0.7])
+    for c in (1e-6, 1e-9):  # a kink 3e-4 from the point, inside the first step, at a small scale: refined, right
+        g = oracle.fd_grad(lambda p, c=c: c * float(np.sum(np.abs(p["x"] - x - 3e-4))), {"x": x})["x"]
+        np.testing.assert_allclose(g, [-c, -c], rtol=1e-9)
+        with pytest.raises(ValueError, match=r"not smooth at 'x'\[0\]"):  # 1e-8 from the kink: on it, at any scale
+            oracle.fd_grad(lambda p, c=c: c * float(np.sum(np.abs(p["x"] - x - 1e-8))), {"x": x})
+    g = oracle.fd_grad(lambda p: 1e-6 * float(np.sum(np.sin(100 * p["x"]))), {"x": x})["x"]  # small and curved
+    np.testing.assert_allclose(g, 1e-4 * np.cos(100 * x), rtol=1e-8)
+    jac = oracle.fd_jacobian(lambda v: 1e-7 * np.sin(200 * v), x)
+    np.testing.assert_allclose(np.diag(jac), 2e-5 * np.cos(200 * x), rtol=1e-8)
+    with pytest.raises(ValueError, match=r"\|f\| = 3e\+06 is too large against its change at 'x'\[0\]"):
+        oracle.fd_grad(lambda p: 3e6 + float(np.sum(p["x"] ** 2)), {"x": x})
+    g = oracle.fd_grad(lambda p: 1e2 + float(np.sum(p["x"] ** 2)), {"x": x})["x"]  # a moderate constant is fine
+    np.testing.assert_allclose(g, 2 * x, rtol=1e-9)
+
+
 def test_fd_jacobian_shape_and_value() -> None:
     x = np.array([0.5, -1.0])
     jac = oracle.fd_jacobian(lambda v: np.array([v[0] * v[1], v[0] ** 2, np.sin(v[1])]), x)

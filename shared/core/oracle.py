@@ -51,29 +51,47 @@ def _kink(vals: list, f0, s: float):
     return np.maximum(np.abs(c1 - c2), s * np.abs(d1 - d2))
 
 
-# A five-point value is trusted when the kink indicator is below SMOOTH_TOL·(1 + |f'|); otherwise the step is
-# divided by REFINE, at most MAX_REFINES times (h = 1e-3 → 2e-6: rounding stays ~1e-10 of |f|).
-SMOOTH_TOL, REFINE, MAX_REFINES = 1e-6, 8.0, 3
+# A five-point value is trusted when the kink indicator is below SMOOTH_TOL·(|f'| + G), G the largest |f'| of the
+# call (the derivative's scale: a function of size 1e-6 has kinks of size 1e-6), or at the rounding level of its
+# values; otherwise the step is divided by REFINE, at most MAX_REFINES times (h = 1e-3 → 2e-6). Its rounding error
+# must stay under ROUNDING_TOL·(|f'| + G): a large constant in f (1e6 + ...) swamps its change and is refused.
+SMOOTH_TOL, ROUNDING_TOL, REFINE, MAX_REFINES = 1e-6, 1e-8, 8.0, 3
+_EPS = np.finfo(np.float64).eps
 
 
-def _derivative(f_at: Callable[[float], np.ndarray], f0, s: float, where: str):
-    """Five-point derivative of t ↦ f_at(t) at t = 0, with the step shrunk until f is smooth over ±2s.
+def _five(f_at: Callable[[float], np.ndarray], s: float) -> list:
+    return [f_at(m * s) for m in (2.0, 1.0, -1.0, -2.0)]
+
+
+def _derivative(f_at: Callable[[float], np.ndarray], f0, s: float, vals: list, scale, where: str):
+    """Five-point derivative of t ↦ f_at(t) at t = 0 from `vals` (its values at step s), the step shrunk until f
+    is smooth over ±2s; `scale` is the derivative's scale G (the largest |f'| of the call).
 
     The five-point error measured about the square of the indicator on the curved losses here (cosine
-    similarity of short vectors), so SMOOTH_TOL = 1e-4 keeps it near 1e-8 of |f'|, under float64's tolerance.
-    Raises ValueError, naming the entry, when f is still not smooth at the smallest step: the point sits on a
-    kink (a ReLU at exactly 0, |x| at 0), where the derivative is a framework's convention, not a limit.
+    similarity of short vectors), so SMOOTH_TOL = 1e-6 keeps it far under float64's tolerance.
+    Raises ValueError, naming the entry, when f is still not smooth at the smallest step (the point sits on a
+    kink: a ReLU at exactly 0, |x| at 0, where the derivative is a framework's convention, not a limit), or
+    when rounding alone exceeds ROUNDING_TOL of the derivative's scale.
     """
     for _ in range(MAX_REFINES + 1):
-        vals = [f_at(m * s) for m in (2.0, 1.0, -1.0, -2.0)]
         d = _stencil(vals, s)
-        kink = _kink(vals, f0, s)
-        if np.all(kink <= SMOOTH_TOL * (1.0 + np.abs(d))):
+        size = np.maximum.reduce([np.abs(f0), *(np.abs(v) for v in vals)])
+        bound = np.abs(d) + scale + np.finfo(np.float64).tiny
+        if np.all(_kink(vals, f0, s) <= np.maximum(SMOOTH_TOL * bound, 16.0 * _EPS * size / s)):
+            rounding = 2.0 * _EPS * size / s
+            # where nothing moves (G = 0: every difference exactly 0, a stopped path) rounding decides nothing
+            if np.any((rounding > ROUNDING_TOL * bound) & (np.asarray(scale) > 0)):
+                raise ValueError(
+                    f"finite differences: |f| = {float(np.max(size)):.3g} is too large against its change at {where}:"
+                    f" rounding alone is {float(np.max(rounding)):.2g}, the derivative's scale "
+                    f"{float(np.max(bound)):.2g}; subtract f's constant part or give that derivative in closed form"
+                )
             return d
         s /= REFINE
+        vals = _five(f_at, s)
     raise ValueError(
-        f"finite differences: f is not smooth at {where} (kink indicator {float(np.max(kink)):.3g} at step "
-        f"{s * REFINE:.3g}, the smallest): the point is on a kink (ReLU at 0, |x| at 0, a norm at 0, max); "
+        f"finite differences: f is not smooth at {where} (kink indicator {float(np.max(_kink(vals, f0, s))):.3g} "
+        f"at step {s:.3g}, the smallest): the point is on a kink (ReLU at 0, |x| at 0, a norm at 0, max); "
         "move the fixture off it or give that derivative in closed form"
     )
 
@@ -86,9 +104,9 @@ def fd_grad(
 ) -> dict[str, np.ndarray]:
     """Gradient of a scalar function of named float64 arrays, by five-point central differences.
 
-    Each entry's value is checked for smoothness on its own five values (`_kink`); where a kink or a
-    strong curvature lies within two steps, the step is refined (÷8, up to 3 times), so a fixture drawn
-    near a ReLU's or a norm's kink gets the right gradient, not a silently wrong one.
+    Each entry's value is checked for smoothness on its own five values (`_kink`), against the scale of the
+    whole gradient; where a kink or a strong curvature lies within two steps, the step is refined (÷8, up to 3
+    times), so a fixture drawn near a ReLU's or a norm's kink gets the right gradient, not a silently wrong one.
 
     Args:
       f: params dict -> float. Stopped values must be computed outside f (or from a
@@ -99,15 +117,14 @@ def fd_grad(
     Returns:
       name -> float64 array of the same shape.
     Raises:
-      ValueError: f is not smooth at an entry even at the smallest step (the entry is named).
+      ValueError: f is not smooth at an entry even at the smallest step, or so large against its change that
+        rounding decides the value (the entry is named).
     """
     base = {k: np.array(v, dtype=np.float64, copy=True) for k, v in params.items()}
     f0 = float(f(base))
-    grads = {}
+    entries = []  # first every entry at its base step, for the gradient's scale
     for name in wrt if wrt is not None else list(base):
-        x = base[name]
-        g = np.zeros_like(x)
-        steps = _step(x, h)
+        x, steps = base[name], _step(base[name], h)
         for idx in np.ndindex(x.shape):
 
             def f_at(t, idx=idx, name=name, x=x):
@@ -115,22 +132,29 @@ def fd_grad(
                 xp[idx] += t
                 return float(f({**base, name: xp}))
 
-            g[idx] = _derivative(f_at, f0, steps[idx], f"{name!r}{list(idx)} = {x[idx]:.6g}")
-        grads[name] = g
+            vals = _five(f_at, steps[idx])
+            entries.append((name, idx, f_at, steps[idx], vals, abs(_stencil(vals, steps[idx]))))
+    scale = max((e[-1] for e in entries), default=0.0)
+    grads = {name: np.zeros_like(base[name]) for name in (wrt if wrt is not None else list(base))}
+    for name, idx, f_at, s, vals, _ in entries:
+        where = f"{name!r}{list(idx)} = {base[name][idx]:.6g}"
+        grads[name][idx] = _derivative(f_at, f0, s, vals, scale, where)
     return grads
 
 
 def fd_jacobian(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, h: float = 1e-3) -> np.ndarray:
-    """Jacobian d f(x) / d x of an array function, by the same self-checked five-point stencil.
+    """Jacobian d f(x) / d x of an array function, by the same self-checked five-point stencil (the scale of
+    each output is its largest derivative).
 
     Returns an array of shape f(x).shape + x.shape.
     Raises:
-      ValueError: some output is not smooth in an entry of x even at the smallest step.
+      ValueError: some output is not smooth in an entry of x even at the smallest step, or rounding decides it.
     """
     x = np.array(x, dtype=np.float64, copy=True)
     y0 = np.asarray(f(x), dtype=np.float64)
     jac = np.zeros(y0.shape + x.shape)
     steps = _step(x, h)
+    entries = []
     for idx in np.ndindex(x.shape):
 
         def f_at(t, idx=idx):
@@ -138,7 +162,11 @@ def fd_jacobian(f: Callable[[np.ndarray], np.ndarray], x: np.ndarray, h: float =
             xp[idx] += t
             return np.asarray(f(xp), dtype=np.float64)
 
-        jac[(Ellipsis,) + idx] = _derivative(f_at, y0, steps[idx], f"x{list(idx)} = {x[idx]:.6g}")
+        vals = _five(f_at, steps[idx])
+        entries.append((idx, f_at, steps[idx], vals, np.abs(_stencil(vals, steps[idx]))))
+    scale = np.maximum.reduce([e[-1] for e in entries]) if entries else 0.0
+    for idx, f_at, s, vals, _ in entries:
+        jac[(Ellipsis,) + idx] = _derivative(f_at, y0, s, vals, scale, f"x{list(idx)} = {x[idx]:.6g}")
     return jac
 
 
