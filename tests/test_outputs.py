@@ -27,6 +27,8 @@ from shared.core import runner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["run", "basics", "--variant", "z_stopped", "--dtype", "float64", "--quiet"]  # 2 cases, about a second
+# the first line of a child that is sent Ctrl-C: a suite run as a background job hands SIGINT down ignored
+AS_AT_A_TERMINAL = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
 PREVIOUS = '{"previous": true, "versions": {"jax": "0.10.2"}}\n'  # an earlier report: --json may replace it
 
 
@@ -289,6 +291,16 @@ def test_a_closed_stdout_in_a_real_pipe_exits_141_without_a_traceback() -> None:
 # -- interrupts --------------------------------------------------------------------------------------
 
 
+@pytest.fixture
+def ctrl_c_delivered():
+    """SIGINT as at a terminal, for this test only: a suite started as a background job (`make test &`,
+    nohup) inherits SIGINT ignored, which interrupt_guard rightly keeps."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_delivered")
 def test_an_interrupt_swallowed_inside_a_run_still_exits_130(tmp_path, monkeypatch, capsys) -> None:
     """The issue's "Ctrl-C sometimes exits 0": a KeyboardInterrupt caught inside the JAX side."""
     from jax_impl import basics
@@ -315,7 +327,7 @@ def test_an_interrupt_swallowed_inside_a_run_still_exits_130(tmp_path, monkeypat
 
 def test_ctrl_c_in_a_real_process_exits_130_and_writes_nothing(tmp_path) -> None:
     script = (
-        "import sys, time\n"
+        f"{AS_AT_A_TERMINAL}import sys, time\n"
         "from jax_impl import basics\n"
         "from shared.apps import cli\n"
         "def slow(fx, variant):\n"
@@ -349,15 +361,23 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+def _start_with_two_workers(argv: list[str]) -> tuple[subprocess.Popen, list[int]]:
+    """`detach-parity ARGV` in a real process, returned once its two worker processes exist."""
+    script = f"{AS_AT_A_TERMINAL}import sys\nfrom shared.apps import cli\nsys.exit(cli.main({argv!r}))\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while len(workers := _workers(proc.pid)) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    if len(workers) != 2:
+        proc.kill()
+        raise AssertionError(f"expected 2 worker processes, found {workers}")
+    return proc, workers
+
+
 def test_ctrl_c_with_two_jobs_ends_the_workers_and_writes_nothing(tmp_path) -> None:
     argv = ["run", "--jobs", "2", "--quiet", "--json", str(tmp_path / "out.json")]
-    script = f"import sys\nfrom shared.apps import cli\nsys.exit(cli.main({argv!r}))\n"
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc, workers = _start_with_two_workers(argv)
     try:
-        deadline = time.monotonic() + 120
-        while len(workers := _workers(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(workers) == 2, f"expected 2 worker processes, found {workers}"
         time.sleep(1.0)  # the workers are importing or running cases
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
@@ -373,13 +393,8 @@ def test_ctrl_c_with_two_jobs_ends_the_workers_and_writes_nothing(tmp_path) -> N
 def test_a_worker_that_dies_fails_its_cases_by_name_instead_of_hanging(tmp_path) -> None:
     """multiprocessing.Pool replaced a killed worker and waited for its lost task forever (an adversarial pass)."""
     argv = ["run", "--family", "scenarios", "--jobs", "2", "--quiet", "--json", str(tmp_path / "out.json")]
-    script = f"import sys\nfrom shared.apps import cli\nsys.exit(cli.main({argv!r}))\n"
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc, workers = _start_with_two_workers(argv)
     try:
-        deadline = time.monotonic() + 120
-        while len(workers := _workers(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(workers) == 2, f"expected 2 worker processes, found {workers}"
         os.kill(workers[0], signal.SIGKILL)
         out, err = proc.communicate(timeout=120)
     finally:
@@ -395,13 +410,8 @@ def test_a_worker_that_dies_fails_its_cases_by_name_instead_of_hanging(tmp_path)
 
 def test_workers_do_not_outlive_a_terminated_parent(tmp_path) -> None:
     """SIGTERM (or SIGKILL) to the parent: its workers get the parent-death signal instead of running on."""
-    script = "import sys\nfrom shared.apps import cli\nsys.exit(cli.main(['run', '--jobs', '2', '--quiet']))\n"
-    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE)
+    proc, workers = _start_with_two_workers(["run", "--jobs", "2", "--quiet"])
     try:
-        deadline = time.monotonic() + 120
-        while len(workers := _workers(proc.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert len(workers) == 2, f"expected 2 worker processes, found {workers}"
         time.sleep(1.0)  # past the workers' initializer
         proc.kill()
         proc.communicate(timeout=60)
