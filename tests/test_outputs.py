@@ -423,6 +423,16 @@ def test_workers_do_not_outlive_a_terminated_parent(tmp_path) -> None:
     assert all(b"spawn_main" not in _cmdline(w) for w in workers), workers
 
 
+def test_a_command_started_with_stdout_closed_exits_141_with_a_message() -> None:
+    """`detach-parity list >&-`: Python sets sys.stdout to None; it was an AttributeError traceback, exit 1."""
+    script = "import sys\nfrom shared.apps import cli\nsys.exit(cli.main(['list']))\n"
+    proc = subprocess.run(
+        ["bash", "-c", 'exec >&- && exec "$0" -c "$1"', sys.executable, script], cwd=ROOT, stderr=subprocess.PIPE
+    )
+    assert proc.returncode == 141 and "Traceback" not in proc.stderr.decode()
+    assert "standard output is closed; nothing was run" in proc.stderr.decode()
+
+
 # -- bounds and repeated names -------------------------------------------------------------------------
 
 

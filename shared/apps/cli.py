@@ -77,6 +77,9 @@ def _silence_stdout() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; return its exit status (see the module docstring)."""
+    if sys.stdout is None:  # started with standard output closed (`>&-`): Python gives no sys.stdout at all
+        print_error("detach-parity: error: standard output is closed; nothing was run (give it a file or /dev/null)")
+        return EXIT_BROKEN_PIPE
     console = _Stdout() if sys.stdout.isatty() else _Stdout(width=200)  # logs and CI: no wrapping
     args = build_parser().parse_args(argv)  # argparse exits 2 on bad syntax
 

@@ -161,6 +161,9 @@ def _run_group(seed: int, group: list[tuple[int, str, str, str, str]]) -> list[t
     return [(i, run_case(name, variant, dtype, seed=seed, case=case)) for i, name, variant, case, dtype in group]
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
 def _worker_init() -> None:
     # the parent alone answers Ctrl-C (it ends the workers): a worker's KeyboardInterrupt traceback is noise
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -170,9 +173,6 @@ def _worker_init() -> None:
     # the fixtures are far below torch's intra-op grain size: its OpenMP threads would only spin against the
     # other worker's (measured: the scenarios family 17.8 s → 15.0 s); set before the worker imports torch
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _lost(items: list, seed: int, why: str) -> list[tuple[int, CaseResult]]:
