@@ -33,6 +33,23 @@ REQUIRED = ("torch_model", "jax_model", "batch", "torch_loss", "jax_loss")
 OPTIONAL = ("torch_optimizer", "jax_optimizer", "torch_step", "jax_step", "mapping", "transfer")
 
 
+def _misspelt(names: dict) -> tuple[str, str] | None:
+    """(defined, meant) for a name that looks like an optional name the file does not define: torch_opt,
+    jax_steps (a prefix either way), tranfer, Transfer, mappings (close). Modules, classes and functions
+    without the torch_ / jax_ prefix are the file's own helpers (`from collections.abc import Mapping`)."""
+    unread = [n for n in OPTIONAL if n not in names]
+    for defined, value in sorted(names.items()):
+        framework = defined.startswith(("torch_", "jax_"))
+        own = isinstance(value, (types.ModuleType, type)) or (callable(value) and not framework)
+        if defined in (*REQUIRED, *OPTIONAL) or defined.startswith("__") or own:
+            continue
+        prefix = [n for n in unread if framework and (n.startswith(defined) or defined.startswith(n))]
+        close = prefix or difflib.get_close_matches(defined.lower(), unread, n=1, cutoff=0.85)
+        if close:
+            return defined, close[0]
+    return None
+
+
 def load_file(path: str) -> dict:
     """Run FILE.py and collect check_port's arguments from its names; UsageError naming what is missing."""
     file = Path(path)
@@ -49,24 +66,11 @@ def load_file(path: str) -> dict:
     missing = [n for n in REQUIRED if n not in names]
     if missing:
         raise UsageError(f"{path}: expected the names {list(REQUIRED)} (optional {list(OPTIONAL)}), missing {missing}")
-    # a misspelt optional name (torch_opt) would silently compare no optimizer steps
-    unread = [n for n in OPTIONAL if n not in names]
-    for defined in sorted(n for n in names if n not in (*REQUIRED, *OPTIONAL) and not n.startswith("__")):
-        close = [
-            n
-            for n in unread
-            if defined.startswith(("torch_", "jax_")) and (n.startswith(defined) or defined.startswith(n))
-        ]
-        close = close or difflib.get_close_matches(
-            defined.lower(), unread, n=1, cutoff=0.85
-        )  # tranfer, Transfer, mappings
-        value = names[defined]
-        helper = isinstance(value, type) or (callable(value) and not defined.startswith(("torch_", "jax_")))
-        if close and not isinstance(value, types.ModuleType) and not helper:  # `from typing import Mapping`
-            raise UsageError(
-                f"{path}: defines {defined!r}, which check does not read: did you mean {close[0]!r}? "
-                f"(names read: {list(REQUIRED)}, optional {list(OPTIONAL)})"
-            )
+    if misspelt := _misspelt(names):  # it would silently compare no optimizer steps, or transfer the weights
+        raise UsageError(
+            f"{path}: defines {misspelt[0]!r}, which check does not read: did you mean {misspelt[1]!r}? "
+            f"(names read: {list(REQUIRED)}, optional {list(OPTIONAL)})"
+        )
     return {n: names[n] for n in (*REQUIRED, *OPTIONAL) if n in names}
 
 
