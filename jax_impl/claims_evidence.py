@@ -28,7 +28,7 @@ from jax.ad_checkpoint import print_saved_residuals
 
 from shared.core.toys import check_evidence
 
-__all__ = ["evidence", "array", "error", "saved", "grad_state"]
+__all__ = ["evidence", "array", "error", "saved", "grad_state", "rel_diff"]
 
 _ITEMSIZE = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "bool": 1}
 
@@ -81,3 +81,8 @@ def saved(fn: Callable, *args) -> dict[str, int]:
 def grad_state(grads) -> str:
     """ "zero" or "nonzero" (any entry of any leaf) of a gradient array or pytree."""
     return "nonzero" if any(np.any(np.asarray(g) != 0) for g in jax.tree.leaves(grads)) else "zero"
+
+
+def rel_diff(a: jax.Array, b: jax.Array) -> float:
+    """max |a − b| / max |b|: two computations of one gradient differ by rounding only (a few 1e-16)."""
+    return float(np.abs(np.asarray(a - b)).max() / np.abs(np.asarray(b)).max())

@@ -6,17 +6,22 @@ import functools
 import os
 import zlib
 
+import numpy as np
 import pytest
 
 # The suite compiles a few hundred tiny XLA programs; at these sizes LLVM's optimisation
 # passes cost more than they save. Set before JAX starts its backend; values may change
-# by rounding only, and every tolerance stays as it is. An explicit XLA_FLAGS wins.
-os.environ.setdefault("XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
+# by rounding only, and every tolerance stays as it is. Added to an explicit XLA_FLAGS (the
+# second instruction-set pass sets --xla_cpu_max_isa there); a flag it sets itself wins.
+_FAST = {"--xla_backend_optimization_level": "0", "--xla_llvm_disable_expensive_passes": "true"}
+_flags = os.environ.get("XLA_FLAGS", "").split()
+_flags += [f"{k}={v}" for k, v in _FAST.items() if not any(f.startswith(k) for f in _flags)]
+os.environ["XLA_FLAGS"] = " ".join(_flags)
 # data_parallel cases run JAX on one process with two forced host devices (jax_impl/_distributed.py);
 # tests/test_dp_*.py start the real two-process runs themselves. An explicit setting wins.
 os.environ.setdefault("DETACH_PARITY_JAX_RANKS", "devices")
 
-from shared.core.runner import CaseResult, iter_cases, run_case
+from shared.core.runner import CaseResult, iter_cases, run_case  # noqa: E402 (after the environment above)
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +37,30 @@ def _torch_seed_per_test(request):
     torch.manual_seed(zlib.crc32(request.node.nodeid.encode()))
     yield
     torch.random.set_rng_state(state)
+
+
+def assert_same_to_rounding(actual, desired, why: str, ulps: int = 8) -> None:
+    """Assert two arrays computed by different programs agree to rounding: |a − b| ≤ ulps · eps · max|b|.
+
+    Two variants, jit and eager, torch and JAX, one process and two ranks are different programs; how
+    each rounds depends on the compiler and the CPU (XLA vectorises by instruction set, torch's kernels
+    dispatch by it), so bit-equality between them proves nothing about the port. The bound is `ulps`
+    units in the last place at the array's own scale (its largest magnitude), so that entries which
+    cancel to near zero are judged at the scale of the values they came from. Shapes and dtypes must
+    match exactly and every value be finite; integer and boolean arrays are compared exactly; `why` (the reason the two should agree) heads the message.
+    """
+    a, b = np.asarray(actual), np.asarray(desired)
+    assert a.shape == b.shape and a.dtype == b.dtype, f"{why}: {a.shape} {a.dtype} vs {b.shape} {b.dtype}"
+    if a.size == 0:
+        raise AssertionError(f"{why}: nothing to compare (empty arrays)")
+    if not np.issubdtype(b.dtype, np.inexact):  # integers and booleans (counts, indices, masks) are exact
+        np.testing.assert_array_equal(a, b, err_msg=why)
+        return
+    scale = float(np.max(np.abs(b.astype(np.float64))))
+    bound = ulps * float(np.finfo(b.dtype).eps) * scale
+    gap = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+    assert np.isfinite(a).all() and np.isfinite(b).all(), f"{why}: a non-finite value"
+    assert gap <= bound, f"{why}: max|a − b| = {gap:.3g} > {ulps} ulps at scale {scale:.3g} ({bound:.3g})"
 
 
 @functools.cache

@@ -66,7 +66,7 @@ def test_missing_stop_adds_the_policy_push_to_the_critic_only(dtype: str) -> Non
     for fw in ("torch", "jax"):
         for key in ("loss", "policy_loss", "value_loss", "entropy", "advantages", *(f"grads/{k}" for k in ACTOR)):
             np.testing.assert_allclose(bad[fw][key], good[fw][key], rtol=rtol, atol=atol)  # same values, same actor
-        np.testing.assert_array_equal(bad[fw]["selected_actions"], good[fw]["selected_actions"])
+        np.testing.assert_array_equal(bad[fw]["selected_actions"], good[fw]["selected_actions"])  # exact: integers
         for k in CRITIC:  # critic(no stop) = critic(stop) + ∇critic policy_loss
             push = bad[fw][f"policy_grads/{k}"]
             np.testing.assert_allclose(bad[fw][f"grads/{k}"], good[fw][f"grads/{k}"] + push, rtol=rtol, atol=atol)
@@ -90,7 +90,7 @@ def test_gumbel_max_actions_are_identical_integers() -> None:
     for out in runs.values():
         for fw in ("torch", "jax"):
             assert out[fw]["selected_actions"].dtype == np.int64
-            np.testing.assert_array_equal(out[fw]["selected_actions"], expect)
+            np.testing.assert_array_equal(out[fw]["selected_actions"], expect)  # exact: integer actions
 
 
 def test_acting_outputs_are_constants() -> None:

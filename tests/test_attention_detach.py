@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from conftest import case_result
+from conftest import assert_same_to_rounding, case_result
 
 from jax_impl import attention_detach as jattn
 from shared.core import fixtures
@@ -15,16 +15,6 @@ from shared.scenarios.attention_detach import CASES, EMPTY_ROW
 from torch_impl import attention_detach as tattn
 
 DTYPES = ("float32", "float64")
-# torch runs the same kernels with and without the stop: bit for bit. JAX compiles two programs,
-# which XLA may fuse differently: equal to rounding.
-SAME = {"float32": {"rtol": 1e-6, "atol": 0}, "float64": {"rtol": 1e-14, "atol": 0}}
-
-
-def assert_same(fw: str, dtype: str, a: np.ndarray, b: np.ndarray, msg: str) -> None:
-    if fw == "torch":
-        np.testing.assert_array_equal(a, b, err_msg=msg)
-    else:
-        np.testing.assert_allclose(a, b, **SAME[dtype], err_msg=msg)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -34,9 +24,10 @@ def test_value_gradient_identical_with_and_without_the_stop(dtype: str, case: st
     stopped = case_result("attention_detach", "weights_stopped", dtype, case).outputs
     for fw in ("torch", "jax"):
         a, b = none[fw], stopped[fw]
-        assert_same(fw, dtype, a["grads/v/kernel"], b["grads/v/kernel"], fw)
+        # two variants are two programs (XLA may fuse them differently): the same values to rounding
+        assert_same_to_rounding(a["grads/v/kernel"], b["grads/v/kernel"], f"{fw}: dV with and without the stop")
         for key in ("loss", "context", "weights"):  # the stop changes no value
-            assert_same(fw, dtype, a[key], b[key], f"{fw} {key}")
+            assert_same_to_rounding(a[key], b[key], f"{fw} {key}: with and without the stop")
         # Q and K: a real gradient without the stop, exactly none with it
         for key in ("grads/q/kernel", "grads/k/kernel"):
             assert np.min(np.abs(a[key])) > 0 and np.all(b[key] == 0), f"{fw} {key}"
@@ -91,7 +82,9 @@ def test_unguarded_empty_row_is_nan_in_both_frameworks() -> None:
 
         raw, guarded = {"torch": torch_dv(False), "jax": jax_dv(False)}, {"torch": torch_dv(True), "jax": jax_dv(True)}
         # jax.nn.softmax(where=...) agrees with the guard's definition (torch has no such argument)
-        np.testing.assert_array_equal(np.asarray(jax.nn.softmax(jnp.asarray(s), where=jnp.asarray(mask))[1]), 0.0)
+        np.testing.assert_array_equal(
+            np.asarray(jax.nn.softmax(jnp.asarray(s), where=jnp.asarray(mask))[1]), 0.0
+        )  # exact: an empty row is 0 by definition
     want = np.where(mask, np.exp(s), 0.0)
     want = np.divide(want, want.sum(1, keepdims=True), out=np.zeros_like(want), where=mask.any(1, keepdims=True))
     for fw in ("torch", "jax"):
@@ -110,10 +103,12 @@ def test_random_case_follows_the_seed_and_named_cases_ignore_it() -> None:
     """--seed once changed nothing here: every case was the fixed SEED. `random` draws from the seed."""
     one, two = (fixtures.make("attention_detach", "float64", seed=s, case="random") for s in (1, 2))
     assert not np.array_equal(one["x"], two["x"]) and not np.array_equal(one["params/q/kernel"], two["params/q/kernel"])
-    np.testing.assert_array_equal(one["x"], fixtures.make("attention_detach", "float64", seed=1, case="random")["x"])
+    np.testing.assert_array_equal(
+        one["x"], fixtures.make("attention_detach", "float64", seed=1, case="random")["x"]
+    )  # exact: one generator, one seed
     masks = [fixtures.make("attention_detach", "float64", seed=s, case="random")["mask"] for s in range(40)]
     assert len({m.tobytes() for m in masks}) > 30  # the mask is drawn too
     assert all((m.sum(axis=1) >= 2).any() for m in masks)  # Q and K always have a gradient to lose
     for case in CASES:
         a, b = (fixtures.make("attention_detach", "float64", seed=s, case=case) for s in (1, 2))
-        np.testing.assert_array_equal(a["x"], b["x"])
+        np.testing.assert_array_equal(a["x"], b["x"])  # exact: a named case ignores the seed

@@ -58,7 +58,7 @@ def test_ranks_answer_jobs_and_close_without_leftovers(ranks, fx) -> None:
     first = sorted(fx)[0]
     out = ranks.run(SCENARIO, fx, "echo")
     assert sorted(out) == ["first", "rank"] and int(out["rank"]) == 0  # rank 0's outputs are the case's
-    np.testing.assert_array_equal(out["first"], fx[first])
+    np.testing.assert_array_equal(out["first"], fx[first])  # exact: echoed, untouched
     job = {"scenario": SCENARIO, "variant": "echo", "fixture": _meta(fx, folder), "out": str(folder)}
     replies = ranks.submit(job)
     assert [r["ok"] for r in replies] == [True, True] and ranks.pids == pids  # one start serves many jobs
@@ -152,7 +152,7 @@ def test_fixture_round_trip_and_bad_arguments(tmp_path, fx) -> None:
     back = launch.load_fixture(meta)
     assert (back.scenario, back.dtype, back.seed, back.case) == (SCENARIO, "float64", 0, fx.case)
     for key in fx:
-        np.testing.assert_array_equal(back[key], fx[key])
+        np.testing.assert_array_equal(back[key], fx[key])  # exact: saved and loaded, untouched
     with pytest.raises(ValueError, match="save_fixture: fx expected a shared.core.fixtures.Fixture, got dict"):
         launch.save_fixture({"x": np.zeros(2)}, tmp_path / "g.npz")
     with pytest.raises(ValueError, match="world expected an int >= 1, got 0"):

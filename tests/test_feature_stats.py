@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from conftest import case_result
+from conftest import assert_same_to_rounding, case_result
 
 from jax_impl import feature_stats as jf
 from shared.core import fixtures
@@ -18,7 +18,7 @@ GRADS = ("grads/encoder/kernel", "grads/encoder/bias", "grads/head/kernel", "gra
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_monitoring_leaves_gradient_bit_identical(dtype: str) -> None:
+def test_monitoring_leaves_the_gradient_unchanged(dtype: str) -> None:
     fx = fixtures.make("feature_stats", dtype)
     for mod, arr in ((tf, torch.tensor), (jf, jnp.asarray)):
         with jax.enable_x64(dtype == "float64"):  # as jax_impl's scenario_run: a float64 run computes in float64
@@ -31,7 +31,7 @@ def test_monitoring_leaves_gradient_bit_identical(dtype: str) -> None:
         assert set(with_stats) == set(without) and len(with_stats) == 4
         for k in with_stats:
             assert np.asarray(with_stats[k]).dtype == np.dtype(dtype)
-            np.testing.assert_array_equal(np.asarray(with_stats[k]), np.asarray(without[k]))
+            assert_same_to_rounding(with_stats[k], without[k], f"{k}: with and without monitoring (two programs)")
 
 
 def test_naive_port_is_smaller_by_the_exact_factor() -> None:
@@ -56,10 +56,10 @@ def test_detach_features_stops_encoder_keeps_head_gradient() -> None:
     det = case_result("feature_stats", "detach_features", "float64", "random").outputs
     ported = case_result("feature_stats", "ported", "float64", "random").outputs
     for fw in ("torch", "jax"):
-        np.testing.assert_array_equal(det[fw]["grads/encoder/kernel"], 0.0)
+        np.testing.assert_array_equal(det[fw]["grads/encoder/kernel"], 0.0)  # exact: the stop itself
         assert np.max(np.abs(ported[fw]["grads/encoder/kernel"])) > 1e-3  # what detaching promptly costs
-        np.testing.assert_array_equal(det[fw]["grads/head/kernel"], ported[fw]["grads/head/kernel"])
-        np.testing.assert_array_equal(det[fw]["stats/std"], ported[fw]["stats/std"])
+        for key in ("grads/head/kernel", "stats/std"):  # two variants: the same values to rounding
+            assert_same_to_rounding(det[fw][key], ported[fw][key], f"{fw} {key}")
 
 
 def test_p01_hand_values() -> None:
@@ -108,4 +108,4 @@ def test_jax_monitoring_statistics_have_no_gradient_path() -> None:
     """JAX twin: differentiated through, the statistics give the features a zero gradient."""
     features = jnp.array([[0.1, -0.4], [0.7, 0.2], [-0.3, 0.5]])
     g = jax.grad(lambda f: sum(jnp.sum(s) for s in jf.feature_stats(f, "ported")))(features)
-    np.testing.assert_array_equal(np.asarray(g), np.zeros((3, 2)))
+    np.testing.assert_array_equal(np.asarray(g), np.zeros((3, 2)))  # exact: the stop itself

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 import torch
-from conftest import case_result
+from conftest import assert_same_to_rounding, case_result
 
 from jax_impl import grad_clipping as jg
 from shared.core import fixtures
@@ -51,11 +51,12 @@ def test_measured_gap_is_one_minus_norm_over_norm_plus_eps() -> None:
     np.testing.assert_allclose(ratio, n / (n + EPS), rtol=1e-12)
     gap = 1 - ratio
     assert 1e-3 < gap < 2e-3  # 1e-6 / ‖g‖ with ‖g‖ = 7.9e-4: 1.26e-3, far above the float64 tolerance 1e-10
-    # identical where nothing is clipped: below the threshold and for all-zero gradients, bit for bit
+    # the same where nothing is clipped: below the threshold and for all-zero gradients (two variants: to rounding)
     for regime in ("below", "zero"):
         for key in torch_out:
             if key.startswith(f"{regime}/"):
-                np.testing.assert_array_equal(optax_out[key], _outputs("torch_formula")["jax"][key])
+                why = f"{key}: nothing clipped, optax and torch's formula agree"
+                assert_same_to_rounding(optax_out[key], _outputs("torch_formula")["jax"][key], why)
 
 
 def test_gap_at_unit_norm_hides_in_float32_not_float64() -> None:
@@ -84,7 +85,7 @@ def test_zero_gradients_no_nan_anywhere_and_nothing_moves() -> None:
                     if key.startswith("zero/moved/"):
                         assert np.all(value == 0)
                 if fw != "oracle":
-                    np.testing.assert_array_equal(out["zero/coefs"], [1, 1, 1])
+                    np.testing.assert_array_equal(out["zero/coefs"], [1, 1, 1])  # exact: min(1, ·) is 1
 
 
 def test_norm_value_is_safe_at_zero_its_gradient_is_not() -> None:

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from conftest import case_result
+from conftest import assert_same_to_rounding, case_result
 
 from jax_impl import gradient_reversal as jgr
 from shared.core import fixtures
@@ -31,7 +31,9 @@ def test_features_receive_minus_lambda_times_the_domain_gradient() -> None:
             )
         for k in ("domain/kernel", "domain/bias", "label/kernel", "feature/bias"):  # the rest is untouched
             key = f"grads/{'label_loss' if k.startswith(('label', 'feature')) else 'domain_loss'}/{k}"
-            np.testing.assert_array_equal(rev[fw][key], plain[fw][key], err_msg=f"{fw} {key}")
+            assert_same_to_rounding(
+                rev[fw][key], plain[fw][key], f"{fw} {key}: untouched by the reversal (two variants)"
+            )
 
 
 def test_clipped_cotangent_is_clipped_elementwise() -> None:
@@ -40,7 +42,9 @@ def test_clipped_cotangent_is_clipped_elementwise() -> None:
     out = _out("clipped")
     for fw in FRAMEWORKS:
         head, received = out[fw]["feature_grads/head"], out[fw]["feature_grads/received"]
-        np.testing.assert_array_equal(received, np.clip(head, lo, hi), err_msg=fw)
+        np.testing.assert_array_equal(
+            received, np.clip(head, lo, hi), err_msg=fw
+        )  # exact: clip selects values of one run
         inside = (head >= lo) & (head <= hi)
         assert inside.any() and (~inside).any(), f"{fw}: the fixture should clip some entries and not others"
 

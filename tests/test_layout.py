@@ -31,7 +31,7 @@ def test_round_trip_and_square_transpose() -> None:
     net = load_params(Net(), p)
     back = params_of(net)
     for k in p:
-        np.testing.assert_array_equal(back[k], p[k])
+        np.testing.assert_array_equal(back[k], p[k])  # exact: a layout round trip copies values
     # a square kernel loads without error either way: only the transpose gives x @ W + b
     x = np.random.default_rng(1).normal(size=(4, 3))
     y = net.l1(torch.from_numpy(x)).detach().numpy()

@@ -152,7 +152,7 @@ def test_random_case_follows_the_seed_and_named_cases_ignore_it() -> None:
     assert steps == {1, 2, 3}
     for case in CASES:
         a, b = (fixtures.make("maml", "float64", seed=s, case=case) for s in (1, 2))
-        np.testing.assert_array_equal(a["support_x"], b["support_x"])
+        np.testing.assert_array_equal(a["support_x"], b["support_x"])  # exact: a named case ignores the seed
 
 
 def test_inner_steps_has_an_upper_bound() -> None:

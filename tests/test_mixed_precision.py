@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from conftest import case_result
+from conftest import assert_same_to_rounding, case_result
 from flax import nnx
 
 from jax_impl import mixed_precision as jm
@@ -48,7 +48,7 @@ def test_overflow_step_leaves_parameters_and_step_count_unchanged(variant: str) 
     for run in (tm.run, jm.run):
         a, b = run(overflow_first, variant), run(then_overflow, variant)
         for k in GRADS:
-            np.testing.assert_array_equal(b[f"params/{k}"], a[f"params/{k}"])  # bit for bit
+            np.testing.assert_array_equal(b[f"params/{k}"], a[f"params/{k}"])  # exact: one step program, twice
             assert np.any(a[f"params/{k}"] != fx[f"params/{k}"])  # and the applied step did move them
         assert int(a["optimizer_steps"]) == int(b["optimizer_steps"]) == 1
         assert a["skipped"].tolist() == [True, False] and b["skipped"].tolist() == [False, True]
@@ -76,7 +76,8 @@ def test_float64_is_never_autocast() -> None:
     r = case_result("mixed_precision", "dynamic", "float64", "random").outputs
     for fw in ("torch", "jax"):
         for k in GRADS:
-            np.testing.assert_array_equal(r[fw][f"grads/{k}"], r[fw][f"grads_full/{k}"])
+            why = f"{fw} {k}: autocast leaves float64 alone (bfloat16 would differ by 1e-3)"
+            assert_same_to_rounding(r[fw][f"grads/{k}"], r[fw][f"grads_full/{k}"], why)
     x = torch.ones(2, 3, dtype=torch.float64)
     with tm.autocast():
         assert torch.nn.functional.linear(x, torch.ones(4, 3, dtype=torch.float64)).dtype == torch.float64
@@ -87,13 +88,14 @@ def test_float64_is_never_autocast() -> None:
         assert jm.autocast(jnp.ones(2, jnp.float64)).dtype == jnp.float64
 
 
-def test_power_of_two_scale_is_exact() -> None:
-    # scale 2^16 (dynamic) and 2^10 (static) give bit-identical unscaled step-1 gradients
+def test_power_of_two_scale_changes_no_gradient() -> None:
+    # scale 2^16 (dynamic) and 2^10 (static) give the same unscaled step-1 gradients; two variants are two
+    # programs, so to rounding here: the exactness itself is shown in one program by the overflow-step test
     dyn = case_result("mixed_precision", "dynamic", "float32", "random").outputs
     sta = case_result("mixed_precision", "static", "float32", "random").outputs
     for fw in ("torch", "jax"):
         for k in GRADS:
-            np.testing.assert_array_equal(dyn[fw][f"grads/{k}"], sta[fw][f"grads/{k}"])
+            assert_same_to_rounding(dyn[fw][f"grads/{k}"], sta[fw][f"grads/{k}"], f"{fw} {k}: scale 2^16 vs 2^10")
 
 
 def test_naive_port_applies_the_nan_update() -> None:
@@ -101,8 +103,9 @@ def test_naive_port_applies_the_nan_update() -> None:
     dyn = case_result("mixed_precision", "dynamic", "float32", "random").outputs
     for k in GRADS:
         assert np.all(np.isnan(naive["jax"][f"params/{k}"]))  # every parameter destroyed
+        # exact: torch runs the same code in both variants (one program, twice)
         np.testing.assert_array_equal(naive["torch"][f"params/{k}"], dyn["torch"][f"params/{k}"])
-        np.testing.assert_array_equal(naive["jax"][f"grads/{k}"], dyn["jax"][f"grads/{k}"])  # step 1 unaffected
+        assert_same_to_rounding(naive["jax"][f"grads/{k}"], dyn["jax"][f"grads/{k}"], f"{k}: step 1 unaffected")
     assert int(naive["jax"]["optimizer_steps"]) == 6 and int(naive["torch"]["optimizer_steps"]) == 5
     assert not naive["jax"]["skipped"].any()
 
@@ -124,12 +127,15 @@ def test_linear_rounds_once_like_torch_autocast() -> None:
         t = tm.build_model(fx).encoder(torch.tensor(x)).float().numpy()
     model = jm.build_model(fx)
     j = np.asarray(jm._linear(model.encoder, jnp.asarray(x), True).astype(jnp.float32))
-    np.testing.assert_array_equal(j, t)  # bit for bit
-    # nnx.Linear(dtype=bfloat16) rounds before and after the bias: not torch's numbers
+    # torch and JAX accumulate the float32 product in their own orders: a bfloat16 rounding may flip
+    # where the sum lies within float32 rounding of a tie (rare), never by more than one bfloat16 ulp
+    bf16_ulp = np.abs(t) * 2.0**-7
+    assert np.all(np.abs(j - t) <= bf16_ulp) and np.mean(j == t) >= 0.9, np.mean(j == t)
+    # nnx.Linear(dtype=bfloat16) rounds before and after the bias: not torch's numbers (11 of 48 entries here)
     lin = nnx.Linear(x.shape[1], t.shape[1], dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
     lin.kernel.set_value(model.encoder.kernel[...])
     lin.bias.set_value(model.encoder.bias[...])
-    assert np.any(np.asarray(lin(jnp.asarray(x)).astype(jnp.float32)) != t)
+    assert np.mean(np.asarray(lin(jnp.asarray(x)).astype(jnp.float32)) != t) > 0.1
 
 
 def test_mse_refuses_broadcasting() -> None:

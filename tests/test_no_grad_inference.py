@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from conftest import case_result
+from conftest import assert_same_to_rounding, case_result
 from flax import nnx
 
 from jax_impl import no_grad_inference as jn
@@ -25,16 +25,16 @@ def _torch_validate(variant: str, dtype: str = "float64"):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_three_idioms_give_bit_identical_values_equal_to_the_grad_mode_forward(dtype: str) -> None:
+def test_three_idioms_give_the_values_of_the_grad_mode_forward(dtype: str) -> None:
     outs = {v: case_result("no_grad_inference", v, dtype, "random").outputs for v in VARIANTS}
     model, x, labels, _ = _torch_validate("no_grad", dtype)
     plain = model(x)  # grad mode: a graph is recorded, values are the same
     assert plain.grad_fn is not None
     for fw in ("torch", "jax"):
         for v in VARIANTS:
-            for key, value in outs["no_grad"][fw].items():
-                np.testing.assert_array_equal(outs[v][fw][key], value)
-    np.testing.assert_array_equal(outs["detach"]["torch"]["logits"], plain.detach().numpy())
+            for key, value in outs["no_grad"][fw].items():  # three variants: three programs, to rounding
+                assert_same_to_rounding(outs[v][fw][key], value, f"{fw} {v} {key} against no_grad")
+    assert_same_to_rounding(outs["detach"]["torch"]["logits"], plain.detach().numpy(), "detach against grad mode")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

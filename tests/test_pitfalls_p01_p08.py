@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 import torch
-from conftest import case_result
+from conftest import assert_same_to_rounding, case_result
 from flax import nnx
 
 from shared.core import fixtures
@@ -53,7 +53,7 @@ def test_ported_matches_torch_and_oracle_naive_differs(name: str, dtype: str, ca
     # the right wrong answer: JAX matches the naive oracle there, and the naive oracle is not the oracle
     assert naive.divergent_oracle.ok and not naive.naive_gap.ok
     assert naive.torch_jax.ok and naive.jax_oracle.ok
-    # torch runs the same code in both variants: the naive mistake is on the JAX side
+    # exact: torch runs the same code in both variants (one program, twice); the naive mistake is on the JAX side
     for key, value in ported.outputs["torch"].items():
         np.testing.assert_array_equal(naive.outputs["torch"][key], value)
 
@@ -94,8 +94,8 @@ def test_p01_ported_std_gradient_is_torchs_zero_on_a_constant_row() -> None:
         std = j01.row_std(xj, "ported")
         grad = jax.grad(lambda v: j01.row_std(v, "ported").sum())(xj)
         naive = jax.grad(lambda v: j01.row_std(v, "naive").sum())(xj)
-        np.testing.assert_array_equal(np.asarray(std), np.asarray(jnp.std(xj, axis=-1, ddof=1)))  # same values
-    np.testing.assert_array_equal(np.asarray(grad)[0], [0.0, 0.0, 0.0])
+        assert_same_to_rounding(std, jnp.std(xj, axis=-1, ddof=1), "row_std against jnp.std: the same values")
+    np.testing.assert_array_equal(np.asarray(grad)[0], [0.0, 0.0, 0.0])  # exact: the lesson is 0, not NaN
     np.testing.assert_allclose(np.asarray(grad), xt.grad.numpy(), rtol=1e-12, atol=1e-15)
     assert np.all(np.isnan(np.asarray(naive)[0]))  # the naive port, as documented
 
@@ -106,10 +106,10 @@ def test_p01_ported_std_gradient_is_torchs_zero_on_a_constant_row() -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_p02_zero_gradient_pinned_naive_nan(dtype: str) -> None:
     fx = fixtures.make("p02_norm_at_zero", dtype, case="handed")
-    np.testing.assert_array_equal(fx["x"], [0.0, 0.0, 0.0])
+    np.testing.assert_array_equal(fx["x"], [0.0, 0.0, 0.0])  # exact: the handed case
     for out in (handed("p02_norm_at_zero", "ported", dtype)[0], handed("p02_norm_at_zero", "ported", dtype)[1]):
-        np.testing.assert_array_equal(out["grads/norm"], np.zeros(3))
-        np.testing.assert_array_equal(out["grads/sq_norm"], np.zeros(3))
+        np.testing.assert_array_equal(out["grads/norm"], np.zeros(3))  # exact: the lesson is 0, not NaN
+        np.testing.assert_array_equal(out["grads/sq_norm"], np.zeros(3))  # exact: 2·0
         np.testing.assert_allclose(out["grads/penalized"], -fx["t"])  # x − t + λ·0
     _, naive = handed("p02_norm_at_zero", "naive", dtype)
     for key in ("grads/norm", "grads/sq_norm", "grads/penalized"):
@@ -128,12 +128,12 @@ def test_p02_global_norm_gradient_is_nan_at_zero() -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_p03_torch_convention_pinned(dtype: str) -> None:
     t, j = handed("p03_subgradient_kinks", "ported", dtype)
-    for out in (t, j):
+    for out in (t, j):  # exact: the lesson is the subgradient chosen at a kink; 0, ±1/2, ±1 are exact
         np.testing.assert_array_equal(out["grads/l1"], [0.0, 1.0, -1.0, 0.0])
         np.testing.assert_array_equal(out["grads/clamp"], [1.0, 1.0, 1.0, 1.0])  # x on 0 and on ±0.5
     _, naive = handed("p03_subgradient_kinks", "naive", dtype)
-    np.testing.assert_array_equal(naive["grads/l1"], [1.0, 1.0, -1.0, 1.0])
-    np.testing.assert_array_equal(naive["grads/clamp"], [1.0, 0.5, 0.5, 1.0])
+    np.testing.assert_array_equal(naive["grads/l1"], [1.0, 1.0, -1.0, 1.0])  # exact: the subgradient at a kink
+    np.testing.assert_array_equal(naive["grads/clamp"], [1.0, 0.5, 0.5, 1.0])  # exact: the subgradient at a kink
 
 
 def test_p03_relu_and_maximum_already_agree() -> None:

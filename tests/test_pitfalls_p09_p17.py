@@ -17,7 +17,7 @@ import optax
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import case_result
+from conftest import assert_same_to_rounding, case_result
 
 import jax_impl
 import torch_impl
@@ -61,12 +61,22 @@ def test_ported_matches_torch_and_oracle(name: str, dtype: str, case: str) -> No
         # the right wrong answer: JAX matches the naive oracle there, and the naive oracle is not the oracle
         assert naive.divergent_oracle.ok and not naive.naive_gap.ok
         assert naive.torch_jax.ok and naive.jax_oracle.ok
-        # torch is the reference: the same code and numbers in both variants
+        # exact: torch is the reference, the same code in both variants (one program, twice)
         for key, value in ported.outputs["torch"].items():
             np.testing.assert_array_equal(naive.outputs["torch"][key], value)
     else:  # the trap is on both sides: they agree with each other and with the oracle, and differ from ported
         assert naive.verdict == "PASS", "\n".join(naive.problems())
-        differs = [k for k, v in ported.outputs["jax"].items() if not np.array_equal(v, naive.outputs["jax"][k])]
+
+        # two variants are two programs: a difference counts where a NaN or inf is not shared, or above
+        # rounding (8 ulps at the output's scale)
+        def above_rounding(v: np.ndarray, w: np.ndarray) -> bool:
+            fin = np.isfinite(v)
+            if not np.array_equal(fin, np.isfinite(w)):
+                return True
+            scale = np.max(np.abs(v[fin]), initial=0.0)
+            return bool(np.max(np.abs(v[fin] - w[fin]), initial=0.0) > 8 * np.finfo(v.dtype).eps * scale)
+
+        differs = [k for k, v in ported.outputs["jax"].items() if above_rounding(v, naive.outputs["jax"][k])]
         assert differs, f"{name}: naive and ported agree on every output"
 
 
@@ -80,10 +90,10 @@ def test_p09_torch_lstm_layout_round_trip() -> None:
     model.cell = torch.nn.LSTMCell(2, 2, dtype=torch.float64)
     load_params(model, params)
     assert tuple(model.cell.weight_ih.shape) == (8, 2)  # torch: [4H, D], gates i|f|g|o
-    np.testing.assert_array_equal(model.cell.weight_ih.detach().numpy(), params["cell/ih/kernel"].T)
+    np.testing.assert_array_equal(model.cell.weight_ih.detach().numpy(), params["cell/ih/kernel"].T)  # exact: a copy
     back = params_of(model)
     for k, v in params.items():
-        np.testing.assert_array_equal(back[k], v)
+        np.testing.assert_array_equal(back[k], v)  # exact: a layout round trip copies values
 
 
 def test_p09_two_biases_one_gradient_and_naive_drops_b_hh() -> None:
@@ -153,7 +163,7 @@ def test_p11_naive_decays_the_unused_parameter() -> None:
     t, j = handed("p11_none_vs_zero_grad")
     np.testing.assert_array_equal(t["params/y"], fx["y"])  # torch: .grad None, SGD skips y
     np.testing.assert_allclose(j["moved/y"], -0.1 * 0.1 * fx["y"], rtol=1e-12)  # lr * wd * y
-    np.testing.assert_array_equal(j["grads/y"], 0.0)
+    np.testing.assert_array_equal(j["grads/y"], 0.0)  # exact: JAX's zero for an unused leaf
 
 
 # P12 fully masked attention row ---------------------------------------------------------------
@@ -166,11 +176,11 @@ def test_p12_empty_row_nan_in_both_naive_zeros_when_ported(dtype: str) -> None:
         ported = case_result("p12_masked_attention_row", "ported", dtype, "handed").outputs[fw]
         assert np.all(np.isnan(naive["out"][-1])) and np.all(np.isfinite(naive["out"][:-1]))
         assert np.all(np.isnan(naive["grads/v"]))  # NaN * 0 in probs^T @ dout: the whole V gradient
-        np.testing.assert_array_equal(ported["out"][-1], 0.0)
+        np.testing.assert_array_equal(ported["out"][-1], 0.0)  # exact: an empty row is 0 by definition
         assert all(np.all(np.isfinite(ported[k])) for k in ("grads/q", "grads/k", "grads/v"))
         # the loss excludes the padded row: it cannot tell the two apart
-        np.testing.assert_array_equal(naive["loss"], ported["loss"])
-        np.testing.assert_array_equal(naive["out"][:-1], ported["out"][:-1])
+        assert_same_to_rounding(naive["loss"], ported["loss"], f"{fw}: two variants, one loss")
+        assert_same_to_rounding(naive["out"][:-1], ported["out"][:-1], f"{fw}: the rows that are not padded")
 
 
 def test_p12_finite_mask_gives_a_uniform_row() -> None:
@@ -178,7 +188,9 @@ def test_p12_finite_mask_gives_a_uniform_row() -> None:
     mask = jnp.array([[False, False, False]])
     finite = jax.nn.softmax(jnp.where(mask, scores, -1e9))
     np.testing.assert_allclose(finite, [[1 / 3, 1 / 3, 1 / 3]], rtol=1e-6)
-    np.testing.assert_array_equal(jax.nn.softmax(scores, where=mask), [[0.0, 0.0, 0.0]])
+    np.testing.assert_array_equal(
+        jax.nn.softmax(scores, where=mask), [[0.0, 0.0, 0.0]]
+    )  # exact: an empty row is 0 by definition
     assert np.all(np.isnan(jax.nn.softmax(jnp.where(mask, scores, -jnp.inf))))
 
 
@@ -190,8 +202,10 @@ def test_p13_handed_gradients(dtype: str) -> None:
     for fw in ("torch", "jax"):
         naive = case_result("p13_where_nan", "naive", dtype, "handed").outputs[fw]
         ported = case_result("p13_where_nan", "ported", dtype, "handed").outputs[fw]
-        np.testing.assert_array_equal(naive["grads/x"], [np.nan, np.nan, 0.25])
-        np.testing.assert_array_equal(ported["grads/x"], [0.0, 0.0, 0.25])
+        np.testing.assert_array_equal(naive["grads/x"], [np.nan, np.nan, 0.25])  # exact: NaN is the lesson, 1/4 exact
+        np.testing.assert_array_equal(
+            ported["grads/x"], [0.0, 0.0, 0.25]
+        )  # exact: the guarded branch gives 0; 1/4 is exact
         assert naive["f"] == ported["f"] == 2.0  # the forward value never shows the NaN
 
 

@@ -67,7 +67,7 @@ def test_p18_how_much_the_default_distributions_differ() -> None:
 def test_p18_ported_copies_torch_naive_trains_differently(dtype: str) -> None:
     ported = case_result("p18_default_init", "ported", dtype, "random").outputs
     naive = case_result("p18_default_init", "naive", dtype, "random").outputs
-    for key, value in ported["torch"].items():  # the torch side is the reference in both variants
+    for key, value in ported["torch"].items():  # exact: torch is the reference, one program run twice
         np.testing.assert_array_equal(naive["torch"][key], value)
     np.testing.assert_allclose(ported["jax"]["init/l1/kernel"], ported["torch"]["init/l1/kernel"], rtol=1e-6)
     assert np.all(naive["jax"]["init/l1/bias"] == 0) and np.all(naive["torch"]["init/l1/bias"] != 0)

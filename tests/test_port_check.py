@@ -44,7 +44,7 @@ def test_weights_across_reach_bare_parameters_and_leave_the_source_alone() -> No
 
     t, j = T(), J()
     transfer_weights(t, j)
-    np.testing.assert_array_equal(np.asarray(j.pos.get_value()), np.arange(6.0).reshape(3, 2))
+    np.testing.assert_array_equal(np.asarray(j.pos.get_value()), np.arange(6.0).reshape(3, 2))  # exact: a copy
     transfer_back(J(), t)  # zeros back into torch: in place, no autograd record
     assert t.pos.requires_grad and t.pos.grad_fn is None and not t.pos.detach().numpy().any()
 
@@ -133,11 +133,11 @@ def test_the_users_models_optimizers_and_settings_are_untouched() -> None:
     assert report.ok, report.table()
     after = _snapshot(args["torch_model"], args["jax_model"])
     for k, v in before["torch"].items():
-        assert torch.equal(after["torch"][k], v), k
+        assert torch.equal(after["torch"][k], v), k  # exact: the user's model untouched
     assert after["grads"] == before["grads"] == [None] * len(before["grads"])
     assert after["training"] == before["training"] and after["requires_grad"] == before["requires_grad"]
     for k, v in before["jax"].items():
-        np.testing.assert_array_equal(after["jax"][k], v, err_msg=k)
+        np.testing.assert_array_equal(after["jax"][k], v, err_msg=k)  # exact: the user's port untouched
     assert after["dtypes"] == before["dtypes"]
     assert torch.equal(torch.random.get_rng_state(), rng)
     assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()

@@ -241,7 +241,7 @@ def test_rule_both_directions_and_round_trip(name: str) -> None:
         first, second = impl("jax", "port").native(jax_model), impl("jax", "port").native(again)
         assert first.keys() == second.keys()
         for key in first:
-            np.testing.assert_array_equal(second[key], first[key], err_msg=key)
+            np.testing.assert_array_equal(second[key], first[key], err_msg=key)  # exact: one model read twice
 
 
 def test_round_trip_torch_nnx_torch_is_exact_where_nothing_folds() -> None:
@@ -262,7 +262,9 @@ def test_round_trip_torch_nnx_torch_is_exact_where_nothing_folds() -> None:
             for key in want:
                 if key.endswith("num_batches_tracked"):
                     continue
-                np.testing.assert_array_equal(got[key].numpy(), want[key].numpy(), err_msg=f"{name}: {key}")
+                np.testing.assert_array_equal(
+                    got[key].numpy(), want[key].numpy(), err_msg=f"{name}: {key}"
+                )  # exact: a round trip copies values
 
 
 def test_folded_lstm_biases_come_back_as_their_sum() -> None:
@@ -277,7 +279,7 @@ def test_folded_lstm_biases_come_back_as_their_sum() -> None:
             rtol=1e-15,
         )
         transfer_back(jax_model, back)
-        np.testing.assert_array_equal(back.m.bias_hh.detach().numpy(), 0)
+        np.testing.assert_array_equal(back.m.bias_hh.detach().numpy(), 0)  # exact: folded into b_ih
         np.testing.assert_allclose(
             back.m.bias_ih.detach().numpy(),
             (torch_model.m.bias_ih + torch_model.m.bias_hh).detach().numpy(),
@@ -319,8 +321,10 @@ class _JNet(nnx.Module):
 def test_sequential_layers_and_bare_parameters_match_by_structure() -> None:
     t, j = _TNet(), _JNet()
     transfer_weights(t, j)
-    np.testing.assert_array_equal(np.asarray(j.body.layers[2].kernel.get_value()), t.body[2].weight.detach().numpy().T)
-    np.testing.assert_array_equal(np.asarray(j.scale.get_value()), t.scale.detach().numpy())
+    np.testing.assert_array_equal(
+        np.asarray(j.body.layers[2].kernel.get_value()), t.body[2].weight.detach().numpy().T
+    )  # exact: a copy
+    np.testing.assert_array_equal(np.asarray(j.scale.get_value()), t.scale.detach().numpy())  # exact: a copy
 
 
 def test_unmatched_names_and_shapes_are_errors_that_list_them() -> None:

@@ -59,7 +59,9 @@ def test_torch_and_jax_steps_agree(name: str) -> None:
     if spec.step_updates:
         assert calls[0] != calls[1], f"{name}: the second step should start from the updated state"
     else:
-        np.testing.assert_array_equal(calls[0], calls[1], err_msg=f"{name}: a step that updates nothing moved")
+        np.testing.assert_array_equal(
+            calls[0], calls[1], err_msg=f"{name}: a step that updates nothing moved"
+        )  # exact: one program, the same state, twice
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])

@@ -32,7 +32,7 @@ def test_encoder_gets_the_decoder_input_gradient_through_the_estimator(dtype: st
     dz = 2.0 * (x_hat - a["x"]) @ a["params/decoder/kernel"].T / a["x"].size  # [B, K]
     for fw in FRAMEWORKS:
         out = r.outputs[fw]
-        np.testing.assert_array_equal(out["codes"], r.outputs["oracle"]["codes"], err_msg=fw)
+        np.testing.assert_array_equal(out["codes"], r.outputs["oracle"]["codes"], err_msg=fw)  # exact: integer codes
         np.testing.assert_allclose(out["quantized"], z_q, **TIGHT[dtype], err_msg=fw)
         np.testing.assert_allclose(out["grads/recon/encoder/kernel"], a["x"].T @ dz, **TIGHT[dtype], err_msg=fw)
         np.testing.assert_allclose(out["grads/recon/encoder/bias"], dz.sum(0), **TIGHT[dtype], err_msg=fw)
@@ -73,7 +73,7 @@ def test_the_unstopped_difference_cancels_the_encoder_gradient_exactly() -> None
     z_q = torch.tensor([[0.5, -1.0]], dtype=torch.float64)
     (g_bug,) = torch.autograd.grad((z_e + (z_q - z_e)).pow(2).sum(), z_e)
     (g_st,) = torch.autograd.grad(tst.straight_through(z_e, z_q).pow(2).sum(), z_e)
-    assert torch.all(g_bug == 0) and torch.equal(g_st, 2 * z_q)
+    assert torch.all(g_bug == 0) and torch.equal(g_st, 2 * z_q)  # exact: 2·z is exact
 
 
 @pytest.mark.parametrize("rounding", ["round", "sign"])
@@ -83,9 +83,11 @@ def test_round_and_sign_to_second_order(rounding: str) -> None:
     q = np.round(a["u"]) if rounding == "round" else np.sign(a["u"])
     for fw in FRAMEWORKS:
         out = r.outputs[fw]
-        np.testing.assert_array_equal(out[f"st/{rounding}/value"], q, err_msg=fw)
+        np.testing.assert_array_equal(out[f"st/{rounding}/value"], q, err_msg=fw)  # exact: rounded values are integers
         np.testing.assert_allclose(out[f"st/{rounding}/grad"], q - a["t"], rtol=1e-15, err_msg=fw)
-        np.testing.assert_array_equal(out[f"st/{rounding}/second"], np.ones_like(q), err_msg=fw)
+        np.testing.assert_array_equal(
+            out[f"st/{rounding}/second"], np.ones_like(q), err_msg=fw
+        )  # exact: the identity's derivative
     u = torch.tensor(a["u"], requires_grad=True)
     op = torch.round if rounding == "round" else torch.sign
     assert torch.all(torch.autograd.grad(op(u).sum(), u)[0] == 0)  # the quantizer itself: zero derivative

@@ -22,7 +22,7 @@ import torch
 
 from shared.core.toys import check_evidence
 
-__all__ = ["evidence", "array", "error", "saved", "grad_state"]
+__all__ = ["evidence", "array", "error", "saved", "grad_state", "rel_diff"]
 
 
 def evidence(check: Callable[[], dict]) -> Callable[[], dict]:
@@ -86,3 +86,8 @@ def grad_state(grads: Iterable[torch.Tensor | None]) -> str:
     if all(g is None for g in grads):
         return "none"
     return "nonzero" if any(bool(g.abs().sum() > 0) for g in grads if g is not None) else "zero"
+
+
+def rel_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a − b| / max |b|: two computations of one gradient differ by rounding only (a few 1e-16)."""
+    return float((a - b).abs().max() / b.abs().max())

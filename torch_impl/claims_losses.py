@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from shared.core.toys import toy
-from torch_impl.claims_evidence import array, error, evidence, saved
+from torch_impl.claims_evidence import array, error, evidence, rel_diff, saved
 
 __all__ = ["check_c03", "check_c08", "check_c12", "check_c13", "check_c14", "check_c17"]
 
@@ -101,17 +101,17 @@ def _multitask(d: dict, isolate: bool, tasks: tuple[int, ...] = (1, 2)) -> tuple
 def check_c12() -> dict:
     """C12: multitask isolation: the trunk gradient is exactly task 1's gradient alone.
 
-    Returns: max |trunk grad (isolated) - trunk grad (task 1 alone)|, the same without
+    Returns: max |trunk grad (isolated) - trunk grad (task 1 alone)| / max |task 1's|, the same without
     isolation, whether head 2 still learns, and the error of backward on a [B, 1] output.
     """
     d = toy("multitask")
     iso, out = _multitask(d, True)
     alone, _ = _multitask(d, False, tasks=(1,))
     joint, _ = _multitask(d, False)
-    diff = lambda a, b: max(float((p - q).abs().max()) for p, q in zip(a[:2], b[:2], strict=True))
+    diff = lambda a, b: max(rel_diff(p, q) for p, q in zip(a[:2], b[:2], strict=True))
     return {
-        "isolated_vs_task1_max_abs": diff(iso, alone),
-        "joint_vs_task1_max_abs": diff(joint, alone),
+        "isolated_vs_task1_max_rel": diff(iso, alone),
+        "joint_vs_task1_max_rel": diff(joint, alone),
         "head2_grad_nonzero": bool(iso[2].abs().sum() > 0),
         "non_scalar_backward": error(lambda: out.backward()),
     }
@@ -174,14 +174,14 @@ def check_c14() -> dict:
     """C14: detaching attention weights removes the only gradient path to W_q and W_k.
 
     Returns: whether dW_q, dW_k are None with the weights detached, nonzero without,
-    and max |dW_v (detached) - dW_v (not)|.
+    and max |dW_v (detached) - dW_v (not)| / max |dW_v (not)|.
     """
     d = toy("attention")
     stop, full = _attention_grads(d, True), _attention_grads(d, False)
     return {
         "wq_wk_grad_none_detached": stop[0] is None and stop[1] is None,
         "wq_wk_grad_nonzero_full": bool(full[0].abs().sum() > 0 and full[1].abs().sum() > 0),
-        "wv_grad_max_abs_diff": float((stop[2] - full[2]).abs().max()),
+        "wv_grad_max_rel_diff": rel_diff(stop[2], full[2]),
     }
 
 

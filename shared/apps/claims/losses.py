@@ -7,7 +7,7 @@ policy logits.
 
 from __future__ import annotations
 
-from shared.apps.claims.record import NO_GRAD_FN, Facts, Theme, close, fmt, raised
+from shared.apps.claims.record import NO_GRAD_FN, SAME, Facts, Theme, close, fmt, raised
 
 __all__ = ["THEME"]
 
@@ -62,8 +62,8 @@ def td_target_belongs_at_training_time(t: dict, j: dict, f: Facts) -> None:
 )
 def isolated_trunk_gets_one_task(t: dict, j: dict, f: Facts) -> None:
     f.need(
-        t["isolated_vs_task1_max_abs"] == 0.0 and t["joint_vs_task1_max_abs"] > 0,
-        "isolated trunk grad == task 1 alone (exactly)",
+        t["isolated_vs_task1_max_rel"] <= SAME and t["joint_vs_task1_max_rel"] > 1e-3,
+        "isolated trunk grad == task 1 alone (to rounding)",
     )
     f.need(t["head2_grad_nonzero"], "head 2 still learns")
     f.need(
@@ -71,7 +71,7 @@ def isolated_trunk_gets_one_task(t: dict, j: dict, f: Facts) -> None:
         "non-scalar backward raises",
     )
     f.need(
-        j["isolated_vs_task1_max_abs"] == 0.0 and j["joint_vs_task1_max_abs"] > 0 and j["head2_grad_nonzero"],
+        j["isolated_vs_task1_max_rel"] <= SAME and j["joint_vs_task1_max_rel"] > 1e-3 and j["head2_grad_nonzero"],
         "JAX the same",
     )
     f.need(
@@ -116,9 +116,9 @@ def detached_attention_cuts_q_and_k(t: dict, j: dict, f: Facts) -> None:
         t["wq_wk_grad_none_detached"] and t["wq_wk_grad_nonzero_full"],
         "detached weights: dWq, dWk None (nonzero without)",
     )
-    f.need(t["wv_grad_max_abs_diff"] == 0.0, "dWv unchanged")
+    f.need(t["wv_grad_max_rel_diff"] <= SAME, "dWv unchanged")
     f.need(
-        j["wq_wk_grad_zero_stopped"] and j["wq_wk_grad_nonzero_full"] and j["wv_grad_max_abs_diff"] == 0.0,
+        j["wq_wk_grad_zero_stopped"] and j["wq_wk_grad_nonzero_full"] and j["wv_grad_max_rel_diff"] <= SAME,
         "JAX: dWq, dWk zero, dWv unchanged",
     )
 

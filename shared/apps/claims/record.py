@@ -43,6 +43,9 @@ ARTICLES = {
 }
 VERDICTS = ("correct", "incomplete", "misleading", "wrong")
 
+# two computations of one value (two graphs, two compiled programs) agree to rounding, not bit for bit:
+# a relative difference of the float64 toys' gradients below 8 ulps is "the same gradient"
+SAME = 8 * 2.0**-52
 NO_GRAD_FN = "element 0 of tensors does not require grad and does not have a grad_fn"
 INPLACE = "modified by an inplace operation"
 
