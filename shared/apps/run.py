@@ -170,6 +170,10 @@ def _worker_init() -> None:
     # a worker must not outlive its parent (SIGTERM, SIGKILL, a crash): Linux's parent-death signal
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    # a parent that died before the line above sends no signal: look once, now that any later death will
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(1)
     # the fixtures are far below torch's intra-op grain size: its OpenMP threads would only spin against the
     # other worker's (measured: the scenarios family 17.8 s → 15.0 s); set before the worker imports torch
     os.environ.setdefault("OMP_NUM_THREADS", "1")
