@@ -1,4 +1,4 @@
-"""One formatter and linter for both trees (ruff, configured in pyproject.toml)."""
+"""One formatter and linter for both trees (ruff), and the layers of the package (import-linter), as pyproject.toml states them."""
 
 from __future__ import annotations
 
@@ -13,3 +13,11 @@ def test_ruff_check_and_format() -> None:
     for args in (["check", "."], ["format", "--check", "."]):
         proc = subprocess.run([sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_import_linter_contracts_are_kept() -> None:
+    """The contracts of [tool.importlinter] in pyproject.toml: every one kept, none skipped."""
+    script = "import sys\nfrom importlinter.cli import lint_imports_command\nsys.exit(lint_imports_command())"
+    proc = subprocess.run([sys.executable, "-c", script, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert " 0 broken" in proc.stdout and " kept" in proc.stdout, proc.stdout
