@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from shared.core.contracts import check_call, finish
-from shared.core.fixtures import Fixture, require
-from shared.core.schema import FLOAT_DTYPES
+from ..shared.core.contracts import check_call, finish
+from ..shared.core.fixtures import Fixture, require
+from ..shared.core.schema import FLOAT_DTYPES
 
 __all__ = [
     "numerics",

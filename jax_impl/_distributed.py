@@ -31,8 +31,8 @@ from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from shared.core import launch, runner
-from shared.core.fixtures import Fixture
+from ..shared.core import launch, runner
+from ..shared.core.fixtures import Fixture
 
 __all__ = ["ranks", "on_ranks", "init_rank", "data_mesh", "shard", "gather_ranks", "rank_gap", "main"]
 
@@ -56,7 +56,7 @@ def ranks(mode: str | None = None) -> launch.Ranks:
     if mode == "devices":
         flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(FORCE)]
         env["XLA_FLAGS"] = " ".join([*flags, f"{FORCE}={WORLD}"])
-    return launch.pool("jax_impl._distributed", WORLD if mode == "processes" else 1, env=env)
+    return launch.pool(__name__, WORLD if mode == "processes" else 1, env=env)
 
 
 def on_ranks(scenario: str, fx: Fixture, variant: str, mode: str | None = None) -> dict[str, np.ndarray]:
@@ -155,6 +155,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from jax_impl import _distributed  # the importable module, whose caches the scenarios share
+    from . import _distributed  # the importable module, whose caches the scenarios share
 
     _distributed.main()

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import MLP, array, grads_of, load_params, numpy, scenario_run, scenario_step
-from shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
+from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
+from ._common import MLP, array, grads_of, load_params, numpy, scenario_run, scenario_step
 
 __all__ = ["ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
 

@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, numpy, scenario_run, scenario_step
 
 __all__ = ["forward", "loss_via_z", "loss_total", "make_step", "run"]
 

@@ -28,11 +28,11 @@ import jax
 import optax
 from flax import nnx
 
-from jax_impl import frozen_backbone, tbptt
-from jax_impl._common import array
-from shared.core.checks import check_truncation
-from shared.core.fixtures import require
-from shared.core.runner import impl
+from ..shared.core.checks import check_truncation
+from ..shared.core.fixtures import require
+from ..shared.core.runner import impl
+from . import frozen_backbone, tbptt
+from ._common import array
 
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 

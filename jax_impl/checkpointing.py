@@ -21,8 +21,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
 
 __all__ = ["Block", "Model", "build_model", "mse", "saved_activation_bytes", "make_step", "run"]
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl.claims_evidence import error, evidence
+from .claims_evidence import error, evidence
 
 __all__ = ["check_c01", "check_c02", "check_c04", "check_c20", "check_c21"]
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import print_saved_residuals
 
-from shared.core.toys import check_evidence
+from ..shared.core.toys import check_evidence
 
 __all__ = ["evidence", "array", "error", "saved", "grad_state", "rel_diff"]
 

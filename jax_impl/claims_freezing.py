@@ -21,8 +21,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl.claims_evidence import array, evidence, grad_state, rel_diff, saved
-from shared.core.toys import toy
+from ..shared.core.toys import toy
+from .claims_evidence import array, evidence, grad_state, rel_diff, saved
 
 __all__ = ["check_c05", "check_c06", "check_c07", "check_c16", "check_c22"]
 

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl.claims_evidence import array, error, evidence, grad_state, rel_diff
-from shared.core.toys import toy
+from ..shared.core.toys import toy
+from .claims_evidence import array, error, evidence, grad_state, rel_diff
 
 __all__ = ["check_c03", "check_c08", "check_c12", "check_c13", "check_c14", "check_c17"]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jax_impl.claims_evidence import array, evidence, grad_state
-from shared.core.toys import toy
+from ..shared.core.toys import toy
+from .claims_evidence import array, evidence, grad_state
 
 __all__ = ["check_c09", "check_c15", "check_c19"]
 

@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl.claims_evidence import array, evidence, grad_state, saved
-from shared.core.toys import toy
+from ..shared.core.toys import toy
+from .claims_evidence import array, evidence, grad_state, saved
 
 __all__ = ["check_c10", "check_c11", "check_c18"]
 

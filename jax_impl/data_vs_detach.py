@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape
+from ..shared.core.checks import check_same_shape
+from ._common import array, numpy, scenario_run, scenario_step
 
 __all__ = ["write_zeros", "step", "make_step", "run"]
 

@@ -24,8 +24,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "run"]
 

@@ -24,9 +24,9 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_impl._common import MLP, array, flat, load_params, scenario_run
-from jax_impl._distributed import data_mesh, on_ranks, shard
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import MLP, array, flat, load_params, scenario_run
+from ._distributed import data_mesh, on_ranks, shard
 
 __all__ = ["build_model", "example_losses", "shard_loss", "full_batch_grads", "run_rank", "run"]
 

@@ -25,9 +25,9 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_impl._common import grads_of, load_params, params_of, scenario_run
-from jax_impl._distributed import data_mesh, on_ranks, rank_gap, shard
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import grads_of, load_params, params_of, scenario_run
+from ._distributed import data_mesh, on_ranks, rank_gap, shard
 
 __all__ = ["Model", "build_model", "make_optimizer", "data_parallel", "total_loss", "train", "run_rank", "run"]
 

@@ -23,9 +23,9 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_impl._common import array, flat, load_params, scenario_run
-from jax_impl._distributed import data_mesh, on_ranks, shard
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, flat, load_params, scenario_run
+from ._distributed import data_mesh, on_ranks, shard
 
 __all__ = ["Model", "build_model", "global_center", "shard_loss", "run_rank", "run"]
 

@@ -22,9 +22,9 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jax_impl._common import array, flat, load_params, scenario_run
-from jax_impl._distributed import data_mesh, gather_ranks, on_ranks, shard
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, flat, load_params, scenario_run
+from ._distributed import data_mesh, gather_ranks, on_ranks, shard
 
 __all__ = ["SyncBatchNorm1d", "Model", "build_model", "shard_loss", "full_batch_grads", "run_rank", "run"]
 

@@ -23,8 +23,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
-from shared.core.checks import check_rank, check_same_shape, check_scalar, check_values, check_variant, check_x64
+from ..shared.core.checks import check_rank, check_same_shape, check_scalar, check_values, check_variant, check_x64
+from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
 
 __all__ = [
     "QNetwork",

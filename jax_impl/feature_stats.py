@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_variant, check_x64
+from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
 
 __all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "make_step", "run"]
 

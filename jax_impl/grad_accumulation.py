@@ -21,8 +21,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["MLP", "build_model", "mse", "micro_batches", "accumulate_grads", "run"]
 

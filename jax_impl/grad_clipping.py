@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, flat, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_scalar, check_values, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_scalar, check_values, check_variant, check_x64
+from ._common import array, flat, numpy, scenario_run, scenario_step
 
 __all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "make_step", "run"]
 

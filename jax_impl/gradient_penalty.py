@@ -20,8 +20,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, scenario_run
-from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ._common import array, grads_of, load_params, numpy, scenario_run
 
 __all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "run"]
 

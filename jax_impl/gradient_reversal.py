@@ -21,8 +21,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, scenario_run
-from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ._common import array, grads_of, load_params, numpy, scenario_run
 
 __all__ = ["DANN", "build_model", "reverse_gradient", "clip_gradient", "domain_input", "dann_losses", "run"]
 

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, scenario_run
-from shared.core.checks import check_same_shape, check_scalar, check_variant
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant
+from ._common import array, grads_of, load_params, scenario_run
 
 __all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "run"]
 

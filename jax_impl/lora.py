@@ -22,8 +22,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
 
 __all__ = ["LoRALinear", "Model", "build_model", "make_optimizer", "merged_kernel", "train_step", "make_step", "run"]
 

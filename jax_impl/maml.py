@@ -21,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import MLP, array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
-from shared.core import registry
-from shared.core.checks import check_int, check_same_shape, check_scalar, check_variant, check_x64
+from ..shared.core import registry
+from ..shared.core.checks import check_int, check_same_shape, check_scalar, check_variant, check_x64
+from ._common import MLP, array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
 
 __all__ = ["build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
 

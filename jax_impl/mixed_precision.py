@@ -25,8 +25,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
 
 __all__ = [
     "Regressor",

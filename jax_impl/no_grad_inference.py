@@ -20,8 +20,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, load_params, numpy, scenario_run, scenario_step
-from shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
+from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
+from ._common import array, load_params, numpy, scenario_run, scenario_step
 
 __all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "make_step", "run"]
 

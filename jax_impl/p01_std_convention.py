@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, scenario_run
-from shared.core.checks import check_variant
+from ..shared.core.checks import check_variant
+from ._common import array, scenario_run
 
 __all__ = ["row_std", "run"]
 

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, scenario_run
-from shared.core.checks import check_same_shape, check_scalar, check_variant
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant
+from ._common import array, scenario_run
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
 

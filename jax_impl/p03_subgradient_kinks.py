@@ -18,8 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, scenario_run
-from shared.core.checks import check_scalar, check_variant, is_traced
+from ..shared.core.checks import check_scalar, check_variant, is_traced
+from ._common import array, scenario_run
 
 __all__ = ["l1", "clamp", "run"]
 

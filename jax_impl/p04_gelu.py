@@ -15,8 +15,8 @@ import functools
 import jax
 import numpy as np
 
-from jax_impl._common import array, scenario_run
-from shared.core.checks import check_variant
+from ..shared.core.checks import check_variant
+from ._common import array, scenario_run
 
 __all__ = ["gelu", "run"]
 

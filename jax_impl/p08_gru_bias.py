@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, load_params, scenario_run
-from shared.core.checks import check_same_shape, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_variant, check_x64
+from ._common import array, load_params, scenario_run
 
 __all__ = ["make_cell", "unroll", "run"]
 

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, numpy, scenario_run
-from shared.core.checks import check_same_shape, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_variant, check_x64
+from ._common import array, numpy, scenario_run
 
 __all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
 

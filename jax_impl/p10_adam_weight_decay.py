@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jax_impl._common import array, numpy, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, numpy, scenario_run
 
 __all__ = ["make_optimizer", "mse_loss", "run"]
 

@@ -17,8 +17,8 @@ import jax
 import numpy as np
 import optax
 
-from jax_impl._common import array, grads_of, numpy, scenario_run
-from shared.core.checks import check_scalar, check_variant
+from ..shared.core.checks import check_scalar, check_variant
+from ._common import array, grads_of, numpy, scenario_run
 
 __all__ = ["loss_fn", "gradients", "sgd_step", "run"]
 

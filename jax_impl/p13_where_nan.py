@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run
-from shared.core.checks import check_variant
+from ..shared.core.checks import check_variant
+from ._common import array, numpy, scenario_run
 
 __all__ = ["sqrt_where", "run"]
 

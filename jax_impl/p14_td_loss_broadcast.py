@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run
-from shared.core.checks import check_same_shape
+from ..shared.core.checks import check_same_shape
+from ._common import array, numpy, scenario_run
 
 __all__ = ["td_loss", "naive_td_loss", "run"]
 

@@ -18,8 +18,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import load_params, params_of, scenario_run
-from shared.core.checks import check_scalar, check_variant, check_x64
+from ..shared.core.checks import check_scalar, check_variant, check_x64
+from ._common import load_params, params_of, scenario_run
 
 __all__ = ["build_layer", "soft_update", "run"]
 

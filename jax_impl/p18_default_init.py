@@ -20,8 +20,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import MLP, array, load_params, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import MLP, array, load_params, params_of, scenario_run
 
 __all__ = ["init_params", "build_model", "train", "run"]
 

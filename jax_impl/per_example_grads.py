@@ -20,8 +20,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, flat, grads_of, load_params, numpy, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, flat, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["MLP", "build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "run"]
 

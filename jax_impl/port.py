@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import numerics
+from ._common import numerics
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
 
@@ -43,7 +43,7 @@ def worked_port(name: str):
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"worked_port: name expected a module name, got {name!r}")
     try:
-        return importlib.import_module(f"jax_impl.ports.{name}")
+        return importlib.import_module(f".ports.{name}", __package__)
     except ModuleNotFoundError:
         raise ValueError(f"worked_port: no module jax_impl.ports.{name}") from None
 

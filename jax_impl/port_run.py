@@ -27,8 +27,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import numerics
-from jax_impl.port import _key, _sequential_alias, native
+from ._common import numerics
+from .port import _key, _sequential_alias, native
 
 __all__ = ["knobs", "run_loss", "train"]
 

@@ -20,8 +20,8 @@ import numpy as np
 import rlax
 from flax import nnx
 
-from jax_impl._common import MLP, array, grads_of, load_params, numpy, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import MLP, array, grads_of, load_params, numpy, scenario_run
 
 __all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
 

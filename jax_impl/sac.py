@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, numpy, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_variant
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["Actor", "SoftQNetwork", "SAC", "build_agent", "q_targets", "q_loss", "actor_loss", "alpha_loss", "run"]
 

@@ -22,8 +22,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from jax_impl._common import array, grads_of, load_params, params_of, scenario_run
-from shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
+from ._common import array, grads_of, load_params, params_of, scenario_run
 
 __all__ = ["VQVAE", "build_model", "straight_through", "quantize", "vq_losses", "ema_update", "second_order", "run"]
 

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, flat, numpy, scenario_run, scenario_step
-from shared.core.checks import check_same_shape, check_truncation, check_x64, truncation_length
+from ..shared.core.checks import check_same_shape, check_truncation, check_x64, truncation_length
+from ._common import array, flat, numpy, scenario_run, scenario_step
 
 __all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
 

@@ -16,8 +16,7 @@ import socket
 import time
 
 import numpy as np
-
-from shared.core import launch
+from detach_parity.shared.core import launch
 
 _STATE: dict = {}
 

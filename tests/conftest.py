@@ -21,7 +21,7 @@ os.environ["XLA_FLAGS"] = " ".join(_flags)
 # tests/test_dp_*.py start the real two-process runs themselves. An explicit setting wins.
 os.environ.setdefault("DETACH_PARITY_JAX_RANKS", "devices")
 
-from shared.core.runner import CaseResult, iter_cases, run_case  # noqa: E402 (after the environment above)
+from detach_parity.shared.core.runner import CaseResult, iter_cases, run_case  # noqa: E402 (after the environment above)
 
 
 @pytest.fixture(autouse=True)
@@ -71,7 +71,7 @@ def case_result(scenario: str, variant: str, dtype: str, case: str, seed: int = 
 
 def _group(name: str) -> str:
     """The xdist group of a scenario: its name; the data_parallel family shares one (its ranks start once per worker)."""
-    from shared.core.registry import get
+    from detach_parity.shared.core.registry import get
 
     return "data_parallel" if get(name).family == "data_parallel" else name
 
@@ -93,7 +93,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     A test belongs to scenario X when it lives in tests/test_X.py or its id names X
     (longest registered name wins, so `p01_std_convention` beats `basics`).
     """
-    from shared.core.registry import names
+    from detach_parity.shared.core.registry import names
 
     known = sorted(names(), key=len, reverse=True)
     for item in items:

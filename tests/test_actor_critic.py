@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
+from detach_parity.jax_impl import actor_critic as ja
+from detach_parity.jax_impl._common import flat
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.oracle import fd_grad
+from detach_parity.shared.scenarios.actor_critic import PARAMS, gumbel_scores, losses, mlp
+from detach_parity.torch_impl import actor_critic as ta
+from detach_parity.torch_impl._common import tensor
+from detach_parity.torch_impl._layout import grads_of
 from flax import nnx
-
-from jax_impl import actor_critic as ja
-from jax_impl._common import flat
-from shared.core import fixtures
-from shared.core.oracle import fd_grad
-from shared.scenarios.actor_critic import PARAMS, gumbel_scores, losses, mlp
-from torch_impl import actor_critic as ta
-from torch_impl._common import tensor
-from torch_impl._layout import grads_of
 
 CRITIC = [k for k in PARAMS if k.startswith("critic/")]
 ACTOR = [k for k in PARAMS if k.startswith("actor/")]

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
-
-from jax_impl import attention_detach as jattn
-from shared.core import fixtures
-from shared.scenarios.attention_detach import CASES, EMPTY_ROW
-from torch_impl import attention_detach as tattn
+from detach_parity.jax_impl import attention_detach as jattn
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.attention_detach import CASES, EMPTY_ROW
+from detach_parity.torch_impl import attention_detach as tattn
 
 DTYPES = ("float32", "float64")
 

@@ -13,10 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
-from shared.core import fixtures
-from shared.core.checks import truncation_length
-from shared.core.runner import impl
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.checks import truncation_length
+from detach_parity.shared.core.runner import impl
 
 FRAMEWORKS = ("torch", "jax")
 

@@ -14,9 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-
-from shared.core import fixtures, registry
-from shared.core.runner import impl
+from detach_parity.shared.core import fixtures, registry
+from detach_parity.shared.core.runner import impl
 
 PITFALLS = [name for name in registry.names() if name[0] == "p" and name[1:3].isdigit()]
 FRAMEWORKS = ("torch", "jax")

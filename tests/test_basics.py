@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
-
-from jax_impl import basics as jb
-from torch_impl import basics as tb
+from detach_parity.jax_impl import basics as jb
+from detach_parity.torch_impl import basics as tb
 
 
 def test_article_values_and_lesson() -> None:
@@ -55,7 +54,7 @@ def test_jax_same_program_is_silently_zero() -> None:
 
 
 def test_run_rejects_bad_variant_and_foreign_fixture() -> None:
-    from shared.core import fixtures
+    from detach_parity.shared.core import fixtures
 
     fx = fixtures.make("basics", "float64")
     for run in (tb.run, jb.run):

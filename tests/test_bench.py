@@ -17,16 +17,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from detach_parity.shared.apps import bench, cli, site
+from detach_parity.shared.apps.bench import steps as bench_steps
+from detach_parity.shared.apps.bench import worker as bench_worker
+from detach_parity.shared.apps.common import write_json
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.frozen_backbone import PARAMS as FB_PARAMS
+from detach_parity.shared.scenarios.frozen_backbone import cross_entropy, forward
+from detach_parity.shared.scenarios.tbptt import oracle as tbptt_oracle
 from rich.console import Console
-
-from shared.apps import bench, cli, site
-from shared.apps.bench import steps as bench_steps
-from shared.apps.bench import worker as bench_worker
-from shared.apps.common import write_json
-from shared.core import fixtures
-from shared.scenarios.frozen_backbone import PARAMS as FB_PARAMS
-from shared.scenarios.frozen_backbone import cross_entropy, forward
-from shared.scenarios.tbptt import oracle as tbptt_oracle
 
 QUICK = bench.SIZES["quick"]
 pytestmark = pytest.mark.xdist_group("bench")  # one worker runs the quick bench once for every test here
@@ -233,7 +232,7 @@ def test_run_refuses_bad_python_arguments_before_starting_a_worker() -> None:
 
 
 def test_threads_default_to_the_cpus_no_other_process_keeps_busy(monkeypatch) -> None:
-    from shared.apps.bench import cli as bench_cli
+    from detach_parity.shared.apps.bench import cli as bench_cli
 
     cpus = len(bench.available_cpus())
     busy = bench_cli._busy_cpus(0.05)  # what the bench reads: a share of the machine's CPUs
@@ -266,7 +265,7 @@ def test_sigterm_to_bench_also_ends_its_worker() -> None:
     argv = [
         sys.executable,
         "-m",
-        "shared.apps.cli",
+        "detach_parity.shared.apps.cli",
         "bench",
         "basics",
         "--quick",
@@ -350,8 +349,7 @@ def test_detach_frees_the_backbone_graph_before_backward() -> None:
     Counted: saved tensors still alive when backward unpacks one. full_finetune keeps them all.
     """
     import torch
-
-    from torch_impl import bench as torch_bench
+    from detach_parity.torch_impl import bench as torch_bench
 
     class Box:
         __slots__ = ("t", "__weakref__")
@@ -384,8 +382,7 @@ def test_detach_frees_the_backbone_graph_before_backward() -> None:
 
 def test_torch_grad_modes_record_a_graph_only_with_grad_enabled() -> None:
     import torch
-
-    from torch_impl import bench as torch_bench
+    from detach_parity.torch_impl import bench as torch_bench
 
     steps = torch_bench.freezing_steps(bench.fixture("frozen_backbone", QUICK["freezing"]))
     out = {name: steps[name]() for name in ("forward_grad", "forward_no_grad", "forward_inference_mode")}
@@ -397,8 +394,8 @@ def test_torch_grad_modes_record_a_graph_only_with_grad_enabled() -> None:
 
 
 def test_freezing_steps_start_from_the_oracle_loss_in_both_frameworks() -> None:
-    from jax_impl import bench as jax_bench
-    from torch_impl import bench as torch_bench
+    from detach_parity.jax_impl import bench as jax_bench
+    from detach_parity.torch_impl import bench as torch_bench
 
     fx = bench.fixture("frozen_backbone", QUICK["freezing"])
     a = fx.float64()
@@ -414,8 +411,8 @@ def test_freezing_steps_start_from_the_oracle_loss_in_both_frameworks() -> None:
 
 @pytest.mark.parametrize("form", ["windows", "one_backward"])
 def test_tbptt_steps_return_the_same_loss_without_a_graph(form: str) -> None:
-    from jax_impl import bench as jax_bench
-    from torch_impl import bench as torch_bench
+    from detach_parity.jax_impl import bench as jax_bench
+    from detach_parity.torch_impl import bench as torch_bench
 
     fx = bench.fixture("tbptt", {**{k: QUICK["tbptt"][k] for k in "BIHO"}, "T": 8, "G": 3 * QUICK["tbptt"]["H"]})
     t_step, t_peak = torch_bench.tbptt_step(fx, form, 4)
@@ -583,7 +580,7 @@ def test_a_worker_whose_parent_is_already_gone_exits_at_once() -> None:
     import subprocess
     import sys
 
-    code = "import time, shared.apps.bench.worker as w; w.exit_with_parent(-1); time.sleep(30)"  # -1: never our parent
+    code = "import time, detach_parity.shared.apps.bench.worker as w; w.exit_with_parent(-1); time.sleep(30)"  # -1: never our parent
     root = Path(__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root, timeout=20, check=False).returncode == 1
 
@@ -701,9 +698,9 @@ def test_a_tuned_step_that_fails_or_disagrees_is_a_reason_never_a_crash(monkeypa
 @pytest.mark.parametrize("name", ["dqn_target", "attention_detach", "gan", "no_grad_inference"])
 def test_jax_tuned_steps_take_the_same_steps_as_make_step(name: str) -> None:
     """cached_partial and jit over nnx.split: the same losses, call after call (so the state advances the same way)."""
-    from jax_impl import bench as jax_bench
-    from shared.core.registry import get
-    from shared.core.runner import impl
+    from detach_parity.jax_impl import bench as jax_bench
+    from detach_parity.shared.core.registry import get
+    from detach_parity.shared.core.runner import impl
 
     spec = get(name)
     fx = fixtures.make(name, "float32", case=spec.cases[0])
@@ -740,9 +737,8 @@ def test_a_gpu_payload_is_shown_apart_with_absolute_times(quick: dict, tmp_path:
 def test_progress_shows_the_time_the_budget_has_left() -> None:
     import io
 
+    from detach_parity.shared.apps.bench.progress import BenchProgress
     from rich.console import Console
-
-    from shared.apps.bench.progress import BenchProgress
 
     console = Console(file=io.StringIO(), width=200)  # not a terminal: one plain line per item
     with BenchProgress(2, bench.Budget(60.0, {}), console=console) as progress:
@@ -758,7 +754,7 @@ def test_progress_shows_the_time_the_budget_has_left() -> None:
 
 
 def test_tbptt_sweep_drops_the_longest_sequences_when_keep_says_so() -> None:
-    from shared.apps.bench.truncation import tbptt_section
+    from detach_parity.shared.apps.bench.truncation import tbptt_section
 
     cfg = {**QUICK["tbptt"], "T": (8, 16, 32)}
     asked: list[tuple[int, int]] = []

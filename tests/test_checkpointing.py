@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
+from detach_parity.jax_impl import checkpointing as jc
+from detach_parity.shared.apps import selfcheck
+from detach_parity.shared.core import fixtures
+from detach_parity.torch_impl import checkpointing as tc
 from torch import nn
-
-from jax_impl import checkpointing as jc
-from shared.apps import selfcheck
-from shared.core import fixtures
-from torch_impl import checkpointing as tc
 
 BLOCK = ("block/l1/kernel", "block/l1/bias", "block/l2/kernel", "block/l2/bias")
 

@@ -19,13 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from detach_parity.shared.apps import claims, cli
+from detach_parity.shared.apps.claims import CLAIMS, THEMES, Theme
+from detach_parity.shared.apps.claims import cli as claims_cli
+from detach_parity.shared.core.runner import impl
+from detach_parity.shared.core.toys import check_evidence
 from rich.console import Console
-
-from shared.apps import claims, cli
-from shared.apps.claims import CLAIMS, THEMES, Theme
-from shared.apps.claims import cli as claims_cli
-from shared.core.runner import impl
-from shared.core.toys import check_evidence
 
 ROOT = Path(__file__).resolve().parents[1]
 IDS = list(CLAIMS)
@@ -296,7 +295,7 @@ def test_markdown_table_has_a_row_per_record() -> None:
 
 def test_the_claims_app_imports_no_framework() -> None:
     code = (
-        "import sys, shared.apps.claims, shared.apps.claims.cli; "
+        "import sys, detach_parity.shared.apps.claims, detach_parity.shared.apps.claims.cli; "
         "print(sorted({'torch', 'jax', 'flax', 'optax'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout

@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from shared.apps import cli
+from detach_parity.shared.apps import cli
 
 
 def test_run_one_scenario_json(tmp_path, capsys) -> None:
@@ -44,7 +43,7 @@ def test_bad_dtype_exit_2() -> None:
 
 
 def test_mismatch_exits_1(monkeypatch, capsys) -> None:
-    from torch_impl import basics
+    from detach_parity.torch_impl import basics
 
     real = basics.run
     monkeypatch.setattr(basics, "run", lambda fx, v: {**real(fx, v), "z": real(fx, v)["z"] + 1e-3})
@@ -56,7 +55,7 @@ def test_mismatch_exits_1(monkeypatch, capsys) -> None:
 
 
 def test_impl_error_exits_1(monkeypatch, capsys) -> None:
-    from jax_impl import basics
+    from detach_parity.jax_impl import basics
 
     def broken(fx, v):
         raise RuntimeError("boom")

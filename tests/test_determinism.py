@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from shared.apps import cli
-from shared.apps import run as run_app
-from shared.core import runner
+from detach_parity.shared.apps import cli
+from detach_parity.shared.apps import run as run_app
+from detach_parity.shared.core import runner
 
 TIMING = {"seconds"}
 

@@ -8,12 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import case_result
+from detach_parity.jax_impl import distillation as jds
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.distillation import PARAMS
+from detach_parity.torch_impl import distillation as tds
 from flax import nnx
-
-from jax_impl import distillation as jds
-from shared.core import fixtures
-from shared.scenarios.distillation import PARAMS
-from torch_impl import distillation as tds
 
 FRAMEWORKS = ("torch", "jax")
 STUDENT = [k for k in PARAMS if k.startswith("student/")]

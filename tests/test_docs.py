@@ -6,10 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-
-from shared.apps import docs
-from shared.apps.common import UsageError
-from shared.core.registry import names
+from detach_parity.shared.apps import docs
+from detach_parity.shared.apps.common import UsageError
+from detach_parity.shared.core.registry import names
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,10 +7,9 @@ import jax
 import numpy as np
 import pytest
 from conftest import case_result
-
-from shared.core import fixtures
-from shared.core.parity import compare, tolerance_for
-from shared.core.runner import impl, oracle_outputs
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.parity import compare, tolerance_for
+from detach_parity.shared.core.runner import impl, oracle_outputs
 
 NAME = "dp_allreduce_mean"
 

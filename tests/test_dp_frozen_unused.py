@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
-
-from shared.core import fixtures
-from torch_impl import dp_frozen_unused as tdp
+from detach_parity.shared.core import fixtures
+from detach_parity.torch_impl import dp_frozen_unused as tdp
 
 NAME = "dp_frozen_unused"
 

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from shared.core import fixtures, launch, registry
+from detach_parity.shared.core import fixtures, launch, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK = "_launch_rank"
@@ -114,7 +113,7 @@ def test_a_port_in_use_is_retried_on_another() -> None:
 def test_a_killed_parent_leaves_no_orphan() -> None:
     code = (
         "import json, sys, time\n"
-        "from shared.core import launch\n"
+        "from detach_parity.shared.core import launch\n"
         f"r = launch.Ranks({RANK!r}, 2).start()\n"
         "print(json.dumps([r.pids, str(r.dir)]), flush=True)\n"
         "time.sleep(600)\n"
@@ -153,14 +152,19 @@ def test_fixture_round_trip_and_bad_arguments(tmp_path, fx) -> None:
     assert (back.scenario, back.dtype, back.seed, back.case) == (SCENARIO, "float64", 0, fx.case)
     for key in fx:
         np.testing.assert_array_equal(back[key], fx[key])  # exact: saved and loaded, untouched
-    with pytest.raises(ValueError, match="save_fixture: fx expected a shared.core.fixtures.Fixture, got dict"):
+    with pytest.raises(
+        ValueError, match="save_fixture: fx expected a detach_parity.shared.core.fixtures.Fixture, got dict"
+    ):
         launch.save_fixture({"x": np.zeros(2)}, tmp_path / "g.npz")
     with pytest.raises(ValueError, match="world expected an int >= 1, got 0"):
         launch.Ranks(RANK, 0)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("module, mode", [("torch_impl._distributed", None), ("jax_impl._distributed", "processes")])
+@pytest.mark.parametrize(
+    "module, mode",
+    [("detach_parity.torch_impl._distributed", None), ("detach_parity.jax_impl._distributed", "processes")],
+)
 def test_real_ranks_retry_a_taken_port_and_report_a_rank_error(module: str, mode: str | None, fx) -> None:
     # the frameworks' own rendezvous (torch's TCPStore, JAX's coordinator) on a port someone holds
     env = {"DETACH_PARITY_JAX_RANKS": mode, "JAX_PLATFORMS": "cpu"} if mode else {"OMP_NUM_THREADS": "1"}

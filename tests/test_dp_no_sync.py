@@ -9,9 +9,8 @@ import numpy as np
 import optax
 import pytest
 from conftest import case_result
-
-from shared.core import fixtures
-from shared.core.runner import impl
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.runner import impl
 
 NAME = "dp_no_sync"
 

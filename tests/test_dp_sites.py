@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from shared.apps import selfcheck
+from detach_parity.shared.apps import selfcheck
 
 SOURCE = textwrap.dedent(
     '''

@@ -6,8 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import case_result
-
-from shared.core import fixtures
+from detach_parity.shared.core import fixtures
 
 NAME = "dp_stop_global_stat"
 VARIANTS = ("stop_global_mean", "through_global_mean", "inplace_all_reduce")

@@ -10,10 +10,9 @@ import pytest
 import torch
 import torch.distributed as dist
 from conftest import case_result
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.runner import impl
 from flax import nnx
-
-from shared.core import fixtures
-from shared.core.runner import impl
 
 NAME = "dp_sync_batchnorm"
 

@@ -9,16 +9,15 @@ import optax
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
+from detach_parity.jax_impl import dqn_target as jd
+from detach_parity.jax_impl._common import flat
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.oracle import fd_grad
+from detach_parity.shared.scenarios.dqn_target import DONE_ROW, LAYERS, PARAMS, TIE_ACTIONS, TIE_ROW, q_values
+from detach_parity.torch_impl import dqn_target as td
+from detach_parity.torch_impl._common import tensor
+from detach_parity.torch_impl._layout import grads_of
 from flax import nnx
-
-from jax_impl import dqn_target as jd
-from jax_impl._common import flat
-from shared.core import fixtures
-from shared.core.oracle import fd_grad
-from shared.scenarios.dqn_target import DONE_ROW, LAYERS, PARAMS, TIE_ACTIONS, TIE_ROW, q_values
-from torch_impl import dqn_target as td
-from torch_impl._common import tensor
-from torch_impl._layout import grads_of
 
 ONLINE = [f"grads/online/{k}" for k in LAYERS]
 

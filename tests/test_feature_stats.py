@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
-
-from jax_impl import feature_stats as jf
-from shared.core import fixtures
-from shared.core.runner import oracle_outputs
-from torch_impl import feature_stats as tf
+from detach_parity.jax_impl import feature_stats as jf
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.runner import oracle_outputs
+from detach_parity.torch_impl import feature_stats as tf
 
 GRADS = ("grads/encoder/kernel", "grads/encoder/bias", "grads/head/kernel", "grads/head/bias")
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from shared.core import fixtures
-from shared.core.registry import SCENARIOS
-from shared.core.schema import Field, validate
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.registry import SCENARIOS
+from detach_parity.shared.core.schema import Field, validate
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -155,8 +154,8 @@ def test_lists_seed_and_non_mapping_refused() -> None:
 
 
 def test_cross_field_checks_run_on_construction() -> None:
-    from shared.core.fixtures import Fixture
-    from shared.core.records import Porting, Scenario
+    from detach_parity.shared.core.fixtures import Fixture
+    from detach_parity.shared.core.records import Porting, Scenario
 
     def window_divides(arrays, dims):
         return None if dims["B"] % 2 == 0 else f"field 'x': B={dims['B']} expected even"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import case_result
-
-from shared.core import fixtures
+from detach_parity.shared.core import fixtures
 
 BACKBONE = ("backbone/l1/kernel", "backbone/l1/bias", "backbone/l2/kernel", "backbone/l2/bias")
 

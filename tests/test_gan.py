@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
+from detach_parity.jax_impl import gan as jgan
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.gan import PARAMS
+from detach_parity.torch_impl import gan as tgan
+from detach_parity.torch_impl._layout import grads_of
 from flax import nnx
-
-from jax_impl import gan as jgan
-from shared.core import fixtures
-from shared.scenarios.gan import PARAMS
-from torch_impl import gan as tgan
-from torch_impl._layout import grads_of
 
 VARIANTS = ("fake_stopped", "fake_not_stopped")
 DTYPES = ("float32", "float64")

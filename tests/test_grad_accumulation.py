@@ -9,14 +9,13 @@ import optax
 import pytest
 import torch
 from conftest import case_result
-
-from jax_impl import grad_accumulation as jg
-from shared.apps import selfcheck
-from shared.core import fixtures
-from shared.core.oracle import fd_grad
-from shared.scenarios.grad_accumulation import MICRO_BATCHES, PARAMS, mean_loss, sizes
-from torch_impl import grad_accumulation as tg
-from torch_impl._layout import grads_of
+from detach_parity.jax_impl import grad_accumulation as jg
+from detach_parity.shared.apps import selfcheck
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.oracle import fd_grad
+from detach_parity.shared.scenarios.grad_accumulation import MICRO_BATCHES, PARAMS, mean_loss, sizes
+from detach_parity.torch_impl import grad_accumulation as tg
+from detach_parity.torch_impl._layout import grads_of
 
 
 def _tol(dtype: str) -> dict:

@@ -9,10 +9,9 @@ import optax
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
-
-from jax_impl import grad_clipping as jg
-from shared.core import fixtures
-from torch_impl import grad_clipping as tg
+from detach_parity.jax_impl import grad_clipping as jg
+from detach_parity.shared.core import fixtures
+from detach_parity.torch_impl import grad_clipping as tg
 
 EPS = 1e-6  # torch.nn.utils.clip_grad_norm_
 

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
+from detach_parity.jax_impl import gradient_penalty as jgp
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.gradient_penalty import CRITIC, ZERO_ROW, input_grad
+from detach_parity.torch_impl import gradient_penalty as tgp
 from flax import nnx
-
-from jax_impl import gradient_penalty as jgp
-from shared.core import fixtures
-from shared.scenarios.gradient_penalty import CRITIC, ZERO_ROW, input_grad
-from torch_impl import gradient_penalty as tgp
 
 FRAMEWORKS = ("torch", "jax")
 

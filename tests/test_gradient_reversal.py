@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
-
-from jax_impl import gradient_reversal as jgr
-from shared.core import fixtures
-from torch_impl import gradient_reversal as tgr
+from detach_parity.jax_impl import gradient_reversal as jgr
+from detach_parity.shared.core import fixtures
+from detach_parity.torch_impl import gradient_reversal as tgr
 
 FRAMEWORKS = ("torch", "jax")
 

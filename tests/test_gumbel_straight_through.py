@@ -8,11 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_same_to_rounding, case_result
-
-from jax_impl import gumbel_straight_through as jgs
-from shared.core import fixtures
-from shared.scenarios.gumbel_straight_through import softmax
-from torch_impl import gumbel_straight_through as tgs
+from detach_parity.jax_impl import gumbel_straight_through as jgs
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.gumbel_straight_through import softmax
+from detach_parity.torch_impl import gumbel_straight_through as tgs
 
 FRAMEWORKS = ("torch", "jax")
 

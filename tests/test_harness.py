@@ -6,9 +6,8 @@ import re
 
 import numpy as np
 import pytest
-
-from shared.core import oracle
-from shared.core.parity import Tolerance, check_pattern, compare
+from detach_parity.shared.core import oracle
+from detach_parity.shared.core.parity import Tolerance, check_pattern, compare
 
 TOL = Tolerance(rtol=1e-10, atol=1e-12)
 A = {"grads/w": np.array([1.0, 2.0]), "loss": np.array(0.5)}
@@ -156,8 +155,8 @@ def test_bad_arguments_raise() -> None:
 
 def test_naive_variant_must_differ_only_where_declared(monkeypatch) -> None:
     """A diverging variant passes only if JAX differs on the declared keys and agrees elsewhere."""
-    from jax_impl import p10_adam_weight_decay as jp
-    from shared.core.runner import run_case
+    from detach_parity.jax_impl import p10_adam_weight_decay as jp
+    from detach_parity.shared.core.runner import run_case
 
     good = run_case("p10_adam_weight_decay", "naive", "float64", case="handed")
     assert good.ok and good.verdict == "DIFFERS (expected)"
@@ -167,7 +166,7 @@ def test_naive_variant_must_differ_only_where_declared(monkeypatch) -> None:
     bad = run_case("p10_adam_weight_decay", "naive", "float64", case="handed")
     assert not bad.ok and any("['loss'" in p or ".loss" in p for p in bad.problems())
     # right on the declared keys (the naive port accidentally correct): must fail as well
-    from torch_impl import p10_adam_weight_decay as tp
+    from detach_parity.torch_impl import p10_adam_weight_decay as tp
 
     monkeypatch.setattr(jp, "run", tp.run)
     same = run_case("p10_adam_weight_decay", "naive", "float64", case="handed")
@@ -208,7 +207,7 @@ def test_float32_is_checked_against_the_leaf_scale_by_design() -> None:
 
 def test_every_scenario_runs_in_float64() -> None:
     """The premise of leaf-scaled float32: the same code is also held element-wise in float64."""
-    from shared.core import registry
+    from detach_parity.shared.core import registry
 
     assert all("float64" in registry.get(n).dtypes for n in registry.names())
 

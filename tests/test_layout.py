@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from detach_parity.torch_impl._layout import grads_of, load_params, params_of
 from torch import nn
-
-from torch_impl._layout import grads_of, load_params, params_of
 
 
 class Net(nn.Module):

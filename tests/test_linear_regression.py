@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import assert_same_to_rounding, case_result
-
-from shared.core.checks import check_same_shape
+from detach_parity.shared.core.checks import check_same_shape
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
+from detach_parity.jax_impl import lora as jl
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.lora import ADAPTER, PARAMS, forward, scale
+from detach_parity.torch_impl import lora as tl
 from flax import nnx
-
-from jax_impl import lora as jl
-from shared.core import fixtures
-from shared.scenarios.lora import ADAPTER, PARAMS, forward, scale
-from torch_impl import lora as tl
 
 BASE = [k for k in PARAMS if k not in ADAPTER]
 

@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
+from detach_parity.jax_impl import maml as jmaml
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.oracle import fd_jacobian
+from detach_parity.shared.scenarios.maml import PARAMS, mse_grad
+from detach_parity.torch_impl import maml as tmaml
+from detach_parity.torch_impl._layout import params_of
 from torch.func import functional_call
-
-from jax_impl import maml as jmaml
-from shared.core import fixtures
-from shared.core.oracle import fd_jacobian
-from shared.scenarios.maml import PARAMS, mse_grad
-from torch_impl import maml as tmaml
-from torch_impl._layout import params_of
 
 CASES = ("n1", "n3")
 TIGHT = {"float32": {"rtol": 2e-5, "atol": 1e-6}, "float64": {"rtol": 1e-12, "atol": 1e-14}}
@@ -129,7 +128,7 @@ def test_mse_loss_refuses_broadcasting(module) -> None:
 
 
 def test_canonical_named_matches_the_module_layout_and_refuses_bad_dicts() -> None:
-    from torch_impl._layout import params_of
+    from detach_parity.torch_impl._layout import params_of
 
     model = tmaml.build_model(fixtures.make("maml", "float64", case="n1"))
     named = dict(model.named_parameters())

@@ -10,9 +10,8 @@ import re
 from pathlib import Path
 
 import pytest
-
-from shared.core.registry import SCENARIOS
-from shared.core.runner import source_path
+from detach_parity.shared.core.registry import SCENARIOS
+from detach_parity.shared.core.runner import source_path
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = re.compile(r"#\s*GRAD-FLOW:\s*(.+)$")

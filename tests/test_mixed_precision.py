@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
+from detach_parity.jax_impl import mixed_precision as jm
+from detach_parity.shared.core import fixtures
+from detach_parity.torch_impl import mixed_precision as tm
 from flax import nnx
-
-from jax_impl import mixed_precision as jm
-from shared.core import fixtures
-from torch_impl import mixed_precision as tm
 
 U = 2.0**-8  # bfloat16 unit roundoff
 GRADS = ("encoder/kernel", "encoder/bias", "head/kernel", "head/bias")

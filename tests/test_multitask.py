@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
+from detach_parity.jax_impl import multitask as jm
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.oracle import fd_grad
+from detach_parity.shared.scenarios.multitask import PARAMS, task_losses
+from detach_parity.torch_impl import multitask as tm
+from detach_parity.torch_impl._layout import grads_of
 from flax import nnx
-
-from jax_impl import multitask as jm
-from shared.core import fixtures
-from shared.core.oracle import fd_grad
-from shared.scenarios.multitask import PARAMS, task_losses
-from torch_impl import multitask as tm
-from torch_impl._layout import grads_of
 
 TRUNK = ("grads/trunk/kernel", "grads/trunk/bias")
 HEADS = ("grads/head1/kernel", "grads/head1/bias", "grads/head2/kernel", "grads/head2/bias")

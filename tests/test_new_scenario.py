@@ -8,14 +8,14 @@ that it imports the copy's packages, not this tree's.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-
-from shared.apps import selfcheck
+from detach_parity.shared.apps import selfcheck
 
 ROOT = Path(__file__).resolve().parents[1]
 NAME = "zz_throwaway"
@@ -25,8 +25,8 @@ RECORD = '''
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 SCHEMA = {"x": Field(("N",)), "w": Field(()), "c": Field(("N",)), "d": Field(("N",))}
 
@@ -63,7 +63,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from ._common import numpy, scenario_run, scenario_step, tensor
 
 __all__ = ["loss_fn", "make_step", "run"]
 
@@ -109,7 +109,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_impl._common import array, numpy, scenario_run, scenario_step
+from ._common import array, numpy, scenario_run, scenario_step
 
 __all__ = ["loss_fn", "make_step", "run"]
 
@@ -169,7 +169,7 @@ import pytest
 
 report = {{}}
 # selfcheck first: it forks, which must happen before JAX starts its threads
-from shared.apps import selfcheck
+from detach_parity.shared.apps import selfcheck
 sites = [s for s in selfcheck.find_sites() if s.module == "{NAME}"]
 report["selfcheck_sites"] = [s.path for s in sites]
 report["covering"] = selfcheck.covering_tests("{NAME}")
@@ -182,12 +182,12 @@ rc = pytest.main(["-q", "-p", "no:cacheprovider", "tests/test_parity.py", "tests
                   "tests/test_steps.py", "tests/test_properties.py", "tests/test_{NAME}.py", "-k", "{NAME}"])
 report["pytest_exit"] = int(rc)
 
-from shared.core import registry
+from detach_parity.shared.core import registry
 report["registered"] = "{NAME}" in registry.names("scenarios")
 
-from shared.apps import bench, site
-from shared.core.fixtures import make
-from shared.core.runner import impl
+from detach_parity.shared.apps import bench, site
+from detach_parity.shared.core.fixtures import make
+from detach_parity.shared.core.runner import impl
 
 fx = make("{NAME}", "float32")
 steps = [impl(fw, "{NAME}").make_step(fx, "stopped") for fw in ("torch", "jax")]
@@ -204,7 +204,7 @@ print("REPORT " + json.dumps(report))
 @pytest.fixture(scope="module")
 def copy_with_throwaway(tmp_path_factory) -> Path:
     """A copy of the tree plus the four files (nothing else edited)."""
-    dest = tmp_path_factory.mktemp("tree") / "repo"
+    dest = tmp_path_factory.mktemp("tree") / "detach_parity"  # the copy's root is the package: its folder's name
     selfcheck._copy_tree(ROOT, dest)  # the tree as the selfcheck copies it (no venv, no generated folders)
     for rel, text in THROWAWAY.items():
         (dest / rel).write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
@@ -213,7 +213,12 @@ def copy_with_throwaway(tmp_path_factory) -> Path:
 
 def test_four_files_are_picked_up_by_every_machinery(copy_with_throwaway: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-c", CHECK], cwd=copy_with_throwaway, capture_output=True, text=True, timeout=600
+        [sys.executable, "-c", CHECK],
+        cwd=copy_with_throwaway,
+        env={**os.environ, "PYTHONPATH": str(copy_with_throwaway.parent)},  # the copy, before the installed tree
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("REPORT ")]
     assert proc.returncode == 0 and lines, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
+from detach_parity.jax_impl import no_grad_inference as jn
+from detach_parity.shared.core import fixtures
+from detach_parity.torch_impl import no_grad_inference as tn
 from flax import nnx
-
-from jax_impl import no_grad_inference as jn
-from shared.core import fixtures
-from torch_impl import no_grad_inference as tn
 
 VARIANTS = ("no_grad", "inference_mode", "detach")
 

@@ -19,11 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
-
-from shared.apps import cli, common, selfcheck, site
-from shared.apps import run as run_app
-from shared.apps.common import MARKER, OutputError, OutputFolder
-from shared.core import runner
+from detach_parity.shared.apps import cli, common, selfcheck, site
+from detach_parity.shared.apps import run as run_app
+from detach_parity.shared.apps.common import MARKER, OutputError, OutputFolder
+from detach_parity.shared.core import runner
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = ["run", "basics", "--variant", "z_stopped", "--dtype", "float64", "--quiet"]  # 2 cases, about a second
@@ -276,7 +275,7 @@ def test_selfcheck_json_first_and_atomic(tmp_path, monkeypatch, capsys) -> None:
 
 def test_a_closed_stdout_in_a_real_pipe_exits_141_without_a_traceback() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shared.apps.cli", "list"],
+        [sys.executable, "-m", "detach_parity.shared.apps.cli", "list"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -315,8 +314,8 @@ def test_an_interrupt_swallowed_inside_a_run_still_exits_130(tmp_path) -> None:
     path.write_text(PREVIOUS)
     script = (
         "import os, signal, sys, time\n"
-        "from jax_impl import basics\n"
-        "from shared.apps import cli\n"
+        "from detach_parity.jax_impl import basics\n"
+        "from detach_parity.shared.apps import cli\n"
         "real = basics.run\n"
         "def swallowing(fx, variant):\n"
         "    try:\n"
@@ -341,8 +340,8 @@ def test_an_interrupt_swallowed_inside_a_run_still_exits_130(tmp_path) -> None:
 def test_ctrl_c_in_a_real_process_exits_130_and_writes_nothing(tmp_path) -> None:
     script = (
         "import sys, time\n"
-        "from jax_impl import basics\n"
-        "from shared.apps import cli\n"
+        "from detach_parity.jax_impl import basics\n"
+        "from detach_parity.shared.apps import cli\n"
         "def slow(fx, variant):\n"
         "    print('READY', file=sys.stderr, flush=True)\n"
         "    time.sleep(60)\n"

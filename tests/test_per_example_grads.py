@@ -9,13 +9,12 @@ import optax
 import pytest
 import torch
 from conftest import case_result
-
-from jax_impl import per_example_grads as jp
-from shared.apps import selfcheck
-from shared.core import fixtures
-from shared.core.oracle import fd_grad
-from shared.scenarios.per_example_grads import PARAMS, example_grads
-from torch_impl import per_example_grads as tp
+from detach_parity.jax_impl import per_example_grads as jp
+from detach_parity.shared.apps import selfcheck
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.oracle import fd_grad
+from detach_parity.shared.scenarios.per_example_grads import PARAMS, example_grads
+from detach_parity.torch_impl import per_example_grads as tp
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

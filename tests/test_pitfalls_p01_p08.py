@@ -15,10 +15,9 @@ import optax
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.runner import impl, oracle_outputs, run_case
 from flax import nnx
-
-from shared.core import fixtures
-from shared.core.runner import impl, oracle_outputs, run_case
 
 P01_P08 = (
     "p01_std_convention",
@@ -83,8 +82,8 @@ def test_p01_ported_std_gradient_is_torchs_zero_on_a_constant_row() -> None:
 
     The fixture refuses constant rows (the oracle divides by std); a user calling row_std does not.
     """
-    from jax_impl import p01_std_convention as j01
-    from torch_impl import p01_std_convention as t01
+    from detach_parity.jax_impl import p01_std_convention as j01
+    from detach_parity.torch_impl import p01_std_convention as t01
 
     x = np.array([[2.0, 2.0, 2.0], [3.4, 5.6, 7.8]])
     xt = torch.tensor(x, requires_grad=True)
@@ -159,7 +158,7 @@ def test_p04_gelu_at_one(dtype: str) -> None:
 
 def test_p04_a_mutated_naive_port_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 15 item 2: a naive port replaced by sin(x) * 1e3 once still said "DIFFERS (expected)"."""
-    from jax_impl import p04_gelu as j04
+    from detach_parity.jax_impl import p04_gelu as j04
 
     assert run_case("p04_gelu", "naive", "float64", case="handed").verdict == "DIFFERS (expected)"
     real, traced = j04.gelu, j04._value_and_grad.__wrapped__

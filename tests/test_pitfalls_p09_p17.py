@@ -18,16 +18,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import assert_same_to_rounding, case_result
-
-import jax_impl
-import torch_impl
-from jax_impl import p14_td_loss_broadcast as j14
-from shared.core import fixtures
-from shared.core.oracle import adamw
-from shared.core.runner import run_case
-from torch_impl import p14_td_loss_broadcast as t14
-from torch_impl._common import grads_or_zeros
-from torch_impl._layout import load_params, params_of
+from detach_parity import jax_impl, torch_impl
+from detach_parity.jax_impl import p14_td_loss_broadcast as j14
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.oracle import adamw
+from detach_parity.shared.core.runner import run_case
+from detach_parity.torch_impl import p14_td_loss_broadcast as t14
+from detach_parity.torch_impl._common import grads_or_zeros
+from detach_parity.torch_impl._layout import load_params, params_of
 
 DTYPES = ("float32", "float64")
 DIVERGING = (  # the naive mistake is a JAX port of a torch idiom: JAX differs from torch
@@ -259,8 +257,8 @@ def test_p15_overflow_skipped_scale_halved(dtype: str) -> None:
 
 
 def test_p16_precision_is_pinned_in_every_call() -> None:
-    from jax_impl._common import numerics as jax_numerics
-    from torch_impl._common import numerics as torch_numerics
+    from detach_parity.jax_impl._common import numerics as jax_numerics
+    from detach_parity.torch_impl._common import numerics as torch_numerics
 
     assert jax_impl is not None and torch_impl is not None
     with jax_numerics("float32"), torch_numerics("float32"):  # what scenario_run enters (tests/test_settings.py)
@@ -295,9 +293,8 @@ def test_p17_swapped_arguments_make_a_near_hard_copy(dtype: str) -> None:
 
 def test_p17_a_different_wrong_update_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     """A naive port that is wrong in another way (a hard copy, tau ignored) is no longer "DIFFERS (expected)"."""
+    from detach_parity.jax_impl import p17_soft_update_order as j17
     from flax import nnx
-
-    from jax_impl import p17_soft_update_order as j17
 
     assert run_case("p17_soft_update_order", "naive", "float64", case="random").verdict == "DIFFERS (expected)"
     real = j17.soft_update
@@ -331,7 +328,7 @@ def test_p12_some_real_query_sees_two_keys_for_every_seed() -> None:
 
 
 def test_p15_only_step_1_overflows_for_every_seed() -> None:
-    from shared.scenarios.p15_loss_scale_overflow import scaled_grad_fp16
+    from detach_parity.shared.scenarios.p15_loss_scale_overflow import scaled_grad_fp16
 
     for seed in range(300):
         a = fixtures.make("p15_loss_scale_overflow", "float64", seed=seed, case="random").float64()

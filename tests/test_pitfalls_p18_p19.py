@@ -10,17 +10,16 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
+from detach_parity.jax_impl import p18_default_init as j18
+from detach_parity.jax_impl import p19_drift as j19
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.oracle import fd_grad
+from detach_parity.shared.scenarios.p18_default_init import TRUNCNORM_STD
+from detach_parity.shared.scenarios.p19_drift import PARAMS as P19_PARAMS
+from detach_parity.shared.scenarios.p19_drift import grads_and_loss
+from detach_parity.torch_impl import p18_default_init as t18
+from detach_parity.torch_impl import p19_drift as t19
 from flax import nnx
-
-from jax_impl import p18_default_init as j18
-from jax_impl import p19_drift as j19
-from shared.core import fixtures
-from shared.core.oracle import fd_grad
-from shared.scenarios.p18_default_init import TRUNCNORM_STD
-from shared.scenarios.p19_drift import PARAMS as P19_PARAMS
-from shared.scenarios.p19_drift import grads_and_loss
-from torch_impl import p18_default_init as t18
-from torch_impl import p19_drift as t19
 
 # P18 default initialisation -----------------------------------------------------------------
 

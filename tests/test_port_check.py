@@ -8,10 +8,7 @@ import jax
 import numpy as np
 import pytest
 import torch
-from flax import nnx
-from torch import nn
-
-from shared.apps.check import (
+from detach_parity.shared.apps.check import (
     TOLERANCE,
     PortInputError,
     PortMismatch,
@@ -20,8 +17,10 @@ from shared.apps.check import (
     transfer_back,
     transfer_weights,
 )
-from shared.apps.check.ports import IN_STEPS, WORKED, case, check_worked, variants
-from shared.core.runner import impl
+from detach_parity.shared.apps.check.ports import IN_STEPS, WORKED, case, check_worked, variants
+from detach_parity.shared.core.runner import impl
+from flax import nnx
+from torch import nn
 
 BUGGY = [(name, v, pid) for name in WORKED for v, pid in variants(name).items() if pid]
 # the gradient-flow diff says it in words
@@ -84,7 +83,7 @@ def test_each_buggy_port_is_named(name: str, variant: str, pitfall: str) -> None
 
 
 def test_every_knob_names_a_pitfall_with_a_page() -> None:
-    from shared.apps.check.diagnose import KNOB_PITFALL, page
+    from detach_parity.shared.apps.check.diagnose import KNOB_PITFALL, page
 
     knobs = {**impl("torch", "port_run").knobs(), **impl("jax", "port_run").knobs()}
     assert {"gelu_tanh", "norm_eps", "bn_momentum", "mask_inverted", "adam_swapped", "attention_full_precision"} <= set(

@@ -8,8 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from shared.apps.cli import main
+from detach_parity.shared.apps.cli import main
 
 # The README snippet, read from README.md: the Python API on one's own models (the worked CNN port stands in for them).
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
@@ -17,8 +16,8 @@ SNIPPET = README.split("## Check your own port", 1)[1].split("```python\n", 1)[1
 
 # FILE.py for the CLI: the names the README documents
 PORT_FILE = """
-from torch_impl.ports import cnn as torch_cnn
-from jax_impl.ports import cnn as jax_cnn
+from detach_parity.torch_impl.ports import cnn as torch_cnn
+from detach_parity.jax_impl.ports import cnn as jax_cnn
 
 torch_model = torch_cnn.build()
 jax_model = jax_cnn.build({variant!r}, **torch_cnn.SIZES["small"])

@@ -11,11 +11,10 @@ import numpy as np
 import optax
 import pytest
 import torch
+from detach_parity.shared.apps.check import check_port
+from detach_parity.shared.apps.check.diagnose import CLIP, KNOB_PITFALL, STOP
 from flax import nnx
 from torch import nn
-
-from shared.apps.check import check_port
-from shared.apps.check.diagnose import CLIP, KNOB_PITFALL, STOP
 
 RNG = np.random.default_rng(0)
 

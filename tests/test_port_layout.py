@@ -9,13 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
+from detach_parity.jax_impl.ports.gru import TorchGRUCell
+from detach_parity.jax_impl.ports.transformer import attention
+from detach_parity.shared.apps.check import PortInputError, transfer_back, transfer_weights
+from detach_parity.shared.core.runner import impl
 from flax import nnx
 from torch import nn
-
-from jax_impl.ports.gru import TorchGRUCell
-from jax_impl.ports.transformer import attention
-from shared.apps.check import PortInputError, transfer_back, transfer_weights
-from shared.core.runner import impl
 
 F64 = {"param_dtype": jnp.float64}
 RNG = np.random.default_rng(0)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+from detach_parity.shared.apps.check import check_port
+from detach_parity.shared.apps.site import environment
+from detach_parity.shared.apps.site.ports import PortPage, render_ports
 from flax import nnx
 from torch import nn
-
-from shared.apps.check import check_port
-from shared.apps.site import environment
-from shared.apps.site.ports import PortPage, render_ports
 
 
 class _T(nn.Module):

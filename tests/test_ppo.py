@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
-
-from jax_impl import ppo as jp
-from shared.core import fixtures
-from shared.scenarios.ppo import PARAMS, log_softmax, mlp, normalize
-from torch_impl import ppo as tp
+from detach_parity.jax_impl import ppo as jp
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.ppo import PARAMS, log_softmax, mlp, normalize
+from detach_parity.torch_impl import ppo as tp
 
 ACTOR = [k for k in PARAMS if k.startswith("actor/")]
 CRITIC = [k for k in PARAMS if k.startswith("critic/")]

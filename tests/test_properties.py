@@ -17,11 +17,10 @@ import jax
 import numpy as np
 import pytest
 from conftest import case_result
+from detach_parity.shared.core import runner
+from detach_parity.shared.core.registry import SCENARIOS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from shared.core import runner
-from shared.core.registry import SCENARIOS
 
 RANDOM = [name for name, spec in SCENARIOS.items() if "random" in spec.cases]
 SETTINGS = {

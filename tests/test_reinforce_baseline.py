@@ -9,12 +9,11 @@ import pytest
 import rlax
 import torch
 from conftest import case_result
-
-from jax_impl import reinforce_baseline as jr
-from shared.apps import selfcheck
-from shared.core import fixtures
-from shared.scenarios.reinforce_baseline import PARAMS, mlp
-from torch_impl import reinforce_baseline as tr
+from detach_parity.jax_impl import reinforce_baseline as jr
+from detach_parity.shared.apps import selfcheck
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.reinforce_baseline import PARAMS, mlp
+from detach_parity.torch_impl import reinforce_baseline as tr
 
 POLICY = [k for k in PARAMS if k.startswith("policy/")]
 BASELINE = [k for k in PARAMS if k.startswith("baseline/")]

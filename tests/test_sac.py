@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
+from detach_parity.jax_impl import sac as js
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.sac import LOG_DET_EPS, PARAMS, SATURATED, _pre_tanh
+from detach_parity.torch_impl import sac as ts
 from torch.distributions.transforms import TanhTransform
-
-from jax_impl import sac as js
-from shared.core import fixtures
-from shared.scenarios.sac import LOG_DET_EPS, PARAMS, SATURATED, _pre_tanh
-from torch_impl import sac as ts
 
 ACTOR = [k for k in PARAMS if k.startswith("actor/")]
 Q = [k for k in PARAMS if k.startswith(("qf1/", "qf2/"))]

@@ -7,7 +7,7 @@ import ast
 import textwrap
 from pathlib import Path
 
-from shared.apps import selfcheck
+from detach_parity.shared.apps import selfcheck
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -16,9 +16,8 @@ import jax
 import numpy as np
 import pytest
 import torch
-
-from jax_impl import _common as jax_common
-from torch_impl import _common as torch_common
+from detach_parity.jax_impl import _common as jax_common
+from detach_parity.torch_impl import _common as torch_common
 
 ROOT = Path(__file__).resolve().parents[1]
 B = torch.backends
@@ -48,11 +47,11 @@ jax.config.update("jax_enable_x64", True)
 torch.set_float32_matmul_precision("medium")  # TF32 on cuBLAS, bfloat16 passes on oneDNN
 torch.backends.cudnn.allow_tf32 = False
 before = settings()
-import jax_impl, torch_impl  # noqa: E401,F401
+import detach_parity.jax_impl, detach_parity.torch_impl  # noqa: E401,F401
 after_import = settings()
 
-from shared.core import fixtures
-from shared.core.runner import impl, run_case
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.runner import impl, run_case
 results = [run_case("basics", "z_stopped", dtype) for dtype in ("float32", "float64")]
 fx = fixtures.make("basics", "float32")
 losses = {}
@@ -161,7 +160,7 @@ def test_numerics_refuses_an_unknown_dtype(common) -> None:
 @pytest.mark.parametrize("common", [torch_common, jax_common], ids=["torch", "jax"])
 def test_scenario_run_and_step_compute_inside_numerics(common, torch_flags) -> None:
     """The decorators enter numerics: for run, for building a step and for every call of it."""
-    from shared.core.fixtures import make
+    from detach_parity.shared.core.fixtures import make
 
     def observed() -> tuple:
         return _jax_settings() if common is jax_common else _torch_settings()["legacy"]

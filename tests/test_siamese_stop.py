@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
+from detach_parity.jax_impl import siamese_stop as jss
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.scenarios.siamese_stop import NET
+from detach_parity.torch_impl import siamese_stop as tss
+from detach_parity.torch_impl._layout import grads_of
 from flax import nnx
-
-from jax_impl import siamese_stop as jss
-from shared.core import fixtures
-from shared.scenarios.siamese_stop import NET
-from torch_impl import siamese_stop as tss
-from torch_impl._layout import grads_of
 
 FRAMEWORKS = ("torch", "jax")
 

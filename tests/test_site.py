@@ -10,12 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from shared.apps import cli, show, site
-from shared.apps.common import MARKER
-from shared.apps.site import figures
-from shared.core import registry
-from shared.core.runner import iter_cases
+from detach_parity.shared.apps import cli, show, site
+from detach_parity.shared.apps.common import MARKER
+from detach_parity.shared.apps.site import figures
+from detach_parity.shared.core import registry
+from detach_parity.shared.core.runner import iter_cases
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ("basics", "linear_regression")
@@ -143,7 +142,7 @@ def test_bad_names_exit_2(argv, message, tmp_path, capsys) -> None:
 
 
 def test_site_marks_a_failing_case_and_exits_1(monkeypatch, tmp_path, capsys) -> None:
-    from torch_impl import basics
+    from detach_parity.torch_impl import basics
 
     real = basics.run
     monkeypatch.setattr(basics, "run", lambda fx, v: {**real(fx, v), "z": real(fx, v)["z"] + 1e-3})
@@ -204,7 +203,7 @@ def test_special_figures_by_output_keys(tmp_path) -> None:
 
 
 def test_show_failure_lines_are_plain_text(monkeypatch, capsys) -> None:
-    from torch_impl import basics
+    from detach_parity.torch_impl import basics
 
     real = basics.run
     monkeypatch.setattr(basics, "run", lambda fx, v: {**real(fx, v), "z": real(fx, v)["z"] + 1e-3})

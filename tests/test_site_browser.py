@@ -12,8 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from shared.apps import site
+from detach_parity.shared.apps import site
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]

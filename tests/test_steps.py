@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from shared.core.fixtures import make
-from shared.core.parity import tolerance_for
-from shared.core.registry import SCENARIOS, get
-from shared.core.runner import impl, oracle_outputs
+from detach_parity.shared.core.fixtures import make
+from detach_parity.shared.core.parity import tolerance_for
+from detach_parity.shared.core.registry import SCENARIOS, get
+from detach_parity.shared.core.runner import impl, oracle_outputs
 
 STEPPED = [name for name, spec in SCENARIOS.items() if spec.has_step]
 RTOL, ATOL = 1e-4, 1e-6

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import case_result
-
-from jax_impl import straight_through as jst
-from shared.core import fixtures
-from torch_impl import straight_through as tst
+from detach_parity.jax_impl import straight_through as jst
+from detach_parity.shared.core import fixtures
+from detach_parity.torch_impl import straight_through as tst
 
 FRAMEWORKS = ("torch", "jax")
 TIGHT = {"float32": {"rtol": 1e-5, "atol": 1e-6}, "float64": {"rtol": 1e-12, "atol": 1e-14}}

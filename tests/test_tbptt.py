@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
+from detach_parity.jax_impl import tbptt as jt
+from detach_parity.shared.core import fixtures
+from detach_parity.shared.core.checks import truncation_length
+from detach_parity.shared.core.oracle import fd_grad
+from detach_parity.shared.scenarios import tbptt as sc
+from detach_parity.torch_impl import tbptt as tt
+from detach_parity.torch_impl._layout import grads_of, load_params, params_of
 from flax import nnx
 from torch import nn
-
-from jax_impl import tbptt as jt
-from shared.core import fixtures
-from shared.core.checks import truncation_length
-from shared.core.oracle import fd_grad
-from shared.scenarios import tbptt as sc
-from torch_impl import tbptt as tt
-from torch_impl._layout import grads_of, load_params, params_of
 
 
 def _reached(out: dict, cell: str) -> list[int]:

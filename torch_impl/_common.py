@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.contracts import check_call, finish
-from shared.core.fixtures import Fixture, require
-from shared.core.schema import FLOAT_DTYPES
+from ..shared.core.contracts import check_call, finish
+from ..shared.core.fixtures import Fixture, require
+from ..shared.core.schema import FLOAT_DTYPES
 
 __all__ = ["numerics", "scenario_run", "scenario_step", "tensor", "numpy", "grads_or_zeros", "MLP"]
 

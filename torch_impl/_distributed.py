@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from shared.core import launch, runner
-from shared.core.fixtures import Fixture
+from ..shared.core import launch, runner
+from ..shared.core.fixtures import Fixture
 
 __all__ = ["ranks", "on_ranks", "init_rank", "data_mesh", "shard", "gather_ranks", "rank_gap", "main"]
 
@@ -37,7 +37,7 @@ COLLECTIVE_TIMEOUT = timedelta(seconds=120)  # a collective whose peer never com
 
 def ranks() -> launch.Ranks:
     """The running torch ranks of this process (WORLD processes), started on first use."""
-    return launch.pool("torch_impl._distributed", WORLD, env={"OMP_NUM_THREADS": "1"})
+    return launch.pool(__name__, WORLD, env={"OMP_NUM_THREADS": "1"})
 
 
 def on_ranks(scenario: str, fx: Fixture, variant: str) -> dict[str, np.ndarray]:
@@ -116,6 +116,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from torch_impl import _distributed  # the importable module, whose caches the scenarios share
+    from . import _distributed  # the importable module, whose caches the scenarios share
 
     _distributed.main()

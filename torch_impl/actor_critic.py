@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_rank, check_same_shape, check_values, check_variant
-from torch_impl._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant
+from ._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from ._layout import grads_of, load_params
 
 __all__ = ["ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
 

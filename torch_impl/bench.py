@@ -27,11 +27,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from shared.core.checks import check_truncation
-from shared.core.fixtures import require
-from shared.core.runner import impl
-from torch_impl import frozen_backbone, tbptt
-from torch_impl._common import tensor
+from ..shared.core.checks import check_truncation
+from ..shared.core.fixtures import require
+from ..shared.core.runner import impl
+from . import frozen_backbone, tbptt
+from ._common import tensor
 
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 

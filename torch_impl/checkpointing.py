@@ -21,9 +21,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, scenario_step, tensor
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import numpy, scenario_run, scenario_step, tensor
+from ._layout import grads_of, load_params
 
 __all__ = ["Block", "Model", "build_model", "mse", "saved_activation_bytes", "make_step", "run"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_impl.claims_evidence import error, evidence, saved
+from .claims_evidence import error, evidence, saved
 
 __all__ = ["check_c01", "check_c02", "check_c04", "check_c20", "check_c21"]
 

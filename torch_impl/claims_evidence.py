@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from shared.core.toys import check_evidence
+from ..shared.core.toys import check_evidence
 
 __all__ = ["evidence", "array", "error", "saved", "grad_state", "rel_diff"]
 

@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.toys import toy
-from torch_impl.claims_evidence import array, error, evidence, grad_state, rel_diff, saved
+from ..shared.core.toys import toy
+from .claims_evidence import array, error, evidence, grad_state, rel_diff, saved
 
 __all__ = ["check_c05", "check_c06", "check_c07", "check_c16", "check_c22"]
 

@@ -22,8 +22,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from shared.core.toys import toy
-from torch_impl.claims_evidence import array, error, evidence, rel_diff, saved
+from ..shared.core.toys import toy
+from .claims_evidence import array, error, evidence, rel_diff, saved
 
 __all__ = ["check_c03", "check_c08", "check_c12", "check_c13", "check_c14", "check_c17"]
 

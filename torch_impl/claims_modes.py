@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from shared.core.toys import toy
-from torch_impl.claims_evidence import array, error, evidence, saved
+from ..shared.core.toys import toy
+from .claims_evidence import array, error, evidence, saved
 
 __all__ = ["check_c09", "check_c15", "check_c19"]
 

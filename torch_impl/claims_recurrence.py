@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from shared.core.toys import toy
-from torch_impl.claims_evidence import array, evidence, saved
+from ..shared.core.toys import toy
+from .claims_evidence import array, evidence, saved
 
 __all__ = ["check_c10", "check_c11", "check_c18"]
 

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from shared.core.checks import check_same_shape
-from torch_impl._common import numpy, scenario_run, scenario_step, tensor
+from ..shared.core.checks import check_same_shape
+from ._common import numpy, scenario_run, scenario_step, tensor
 
 __all__ = ["write_zeros", "step", "make_step", "run"]
 

@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import MLP, scenario_run, tensor
-from torch_impl._distributed import data_mesh, on_ranks, shard
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import MLP, scenario_run, tensor
+from ._distributed import data_mesh, on_ranks, shard
+from ._layout import grads_of, load_params
 
 __all__ = ["build_model", "example_losses", "shard_loss", "full_batch_grads", "run_rank", "run"]
 

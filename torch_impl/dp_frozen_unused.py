@@ -21,10 +21,10 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import scenario_run
-from torch_impl._distributed import data_mesh, on_ranks, rank_gap, shard
-from torch_impl._layout import grads_of, load_params, params_of
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import scenario_run
+from ._distributed import data_mesh, on_ranks, rank_gap, shard
+from ._layout import grads_of, load_params, params_of
 
 __all__ = ["Model", "build_model", "make_optimizer", "data_parallel", "total_loss", "train", "run_rank", "run"]
 

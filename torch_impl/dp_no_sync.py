@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import MLP, scenario_run, tensor
-from torch_impl._distributed import data_mesh, gather_ranks, on_ranks, shard
-from torch_impl._layout import grads_of, load_params, params_of
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import MLP, scenario_run, tensor
+from ._distributed import data_mesh, gather_ranks, on_ranks, shard
+from ._layout import grads_of, load_params, params_of
 
 __all__ = [
     "build_model",

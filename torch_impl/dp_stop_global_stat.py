@@ -21,10 +21,10 @@ import torch.distributed._functional_collectives as funcol
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import scenario_run, tensor
-from torch_impl._distributed import data_mesh, on_ranks, shard
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import scenario_run, tensor
+from ._distributed import data_mesh, on_ranks, shard
+from ._layout import grads_of, load_params
 
 __all__ = ["Model", "build_model", "global_center", "shard_loss", "run_rank", "run"]
 

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, scenario_step, tensor
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import numpy, scenario_run, scenario_step, tensor
+from ._layout import grads_of, load_params
 
 __all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "make_step", "run"]
 

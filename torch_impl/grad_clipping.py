@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_scalar, check_values
-from torch_impl._common import numpy, scenario_run, scenario_step, tensor
-from torch_impl._layout import load_params, params_of
+from ..shared.core.checks import check_same_shape, check_scalar, check_values
+from ._common import numpy, scenario_run, scenario_step, tensor
+from ._layout import load_params, params_of
 
 __all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "make_step", "run"]
 

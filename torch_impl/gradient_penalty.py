@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_scalar, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant
+from ._common import numpy, scenario_run, tensor
+from ._layout import grads_of, load_params
 
 __all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "run"]
 

@@ -14,8 +14,8 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from shared.core.checks import check_rank, check_same_shape, check_variant
-from torch_impl._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from ..shared.core.checks import check_rank, check_same_shape, check_variant
+from ._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
 
 __all__ = ["predict", "mse_loss", "make_step", "run"]
 

@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from shared.core import registry
-from shared.core.checks import check_int, check_same_shape, check_scalar, check_variant
-from torch_impl._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
-from torch_impl._layout import load_params, params_of
+from ..shared.core import registry
+from ..shared.core.checks import check_int, check_same_shape, check_scalar, check_variant
+from ._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from ._layout import load_params, params_of
 
 __all__ = ["build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
 

@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_rank, check_same_shape, check_values, check_variant
-from torch_impl._common import numpy, scenario_run, scenario_step, tensor
-from torch_impl._layout import load_params
+from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant
+from ._common import numpy, scenario_run, scenario_step, tensor
+from ._layout import load_params
 
 __all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "make_step", "run"]
 

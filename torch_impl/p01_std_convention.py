@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.core.checks import check_variant
-from torch_impl._common import numpy, scenario_run, tensor
+from ..shared.core.checks import check_variant
+from ._common import numpy, scenario_run, tensor
 
 __all__ = ["row_std", "run"]
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.core.checks import check_same_shape, check_scalar, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant
+from ._common import numpy, scenario_run, tensor
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.core.checks import check_scalar, check_variant, is_traced
-from torch_impl._common import numpy, scenario_run, tensor
+from ..shared.core.checks import check_scalar, check_variant, is_traced
+from ._common import numpy, scenario_run, tensor
 
 __all__ = ["l1", "clamp", "run"]
 

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shared.core.checks import check_variant
-from torch_impl._common import numpy, scenario_run, tensor
+from ..shared.core.checks import check_variant
+from ._common import numpy, scenario_run, tensor
 
 __all__ = ["gelu", "run"]
 

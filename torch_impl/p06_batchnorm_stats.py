@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
-from torch_impl._layout import load_params
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import numpy, scenario_run, tensor
+from ._layout import load_params
 
 __all__ = ["make_batch_norm", "run"]
 

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
-from torch_impl._layout import grads_of
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import numpy, scenario_run, tensor
+from ._layout import grads_of
 
 __all__ = ["load_linear", "mse", "run"]
 

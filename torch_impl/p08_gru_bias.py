@@ -15,8 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import numpy, scenario_run, tensor
 
 __all__ = ["make_cell", "unroll", "run"]
 

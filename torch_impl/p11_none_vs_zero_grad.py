@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.core.checks import check_scalar
-from torch_impl._common import numpy, scenario_run, tensor
+from ..shared.core.checks import check_scalar
+from ._common import numpy, scenario_run, tensor
 
 __all__ = ["loss_fn", "gradients", "sgd_step", "run"]
 

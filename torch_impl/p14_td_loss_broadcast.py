@@ -18,8 +18,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from shared.core.checks import check_same_shape
-from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
+from ..shared.core.checks import check_same_shape
+from ._common import grads_or_zeros, numpy, scenario_run, tensor
 
 __all__ = ["td_loss", "naive_td_loss", "run"]
 

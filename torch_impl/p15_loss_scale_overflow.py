@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.core.checks import check_same_shape
-from torch_impl._common import numpy, scenario_run, tensor
+from ..shared.core.checks import check_same_shape
+from ._common import numpy, scenario_run, tensor
 
 __all__ = ["fp16_loss", "make_scaler", "train_step", "run"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import numpy, scenario_run, tensor
 
 __all__ = ["dense", "run"]
 

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_scalar
-from torch_impl._common import scenario_run
-from torch_impl._layout import load_params, params_of
+from ..shared.core.checks import check_scalar
+from ._common import scenario_run
+from ._layout import load_params, params_of
 
 __all__ = ["build_layer", "soft_update", "run"]
 

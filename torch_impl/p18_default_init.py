@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import MLP, numpy, scenario_run, tensor
-from torch_impl._layout import load_params, params_of
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import MLP, numpy, scenario_run, tensor
+from ._layout import load_params, params_of
 
 __all__ = ["init_params", "build_model", "train", "run"]
 

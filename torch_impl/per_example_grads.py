@@ -21,9 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
-from torch_impl._layout import grads_of, load_params, params_of
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import numpy, scenario_run, tensor
+from ._layout import grads_of, load_params, params_of
 
 __all__ = ["MLP", "build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "run"]
 

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from torch_impl._layout import load_params, named_leaves, params_of, rule_for
+from ._layout import load_params, named_leaves, params_of, rule_for
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
 
@@ -35,7 +35,7 @@ def worked_port(name: str):
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"worked_port: name expected a module name, got {name!r}")
     try:
-        return importlib.import_module(f"torch_impl.ports.{name}")
+        return importlib.import_module(f".ports.{name}", __package__)
     except ModuleNotFoundError:
         raise ValueError(f"worked_port: no module torch_impl.ports.{name}") from None
 

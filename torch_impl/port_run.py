@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_impl._common import numerics
-from torch_impl._layout import named_leaves
-from torch_impl.port import _bare, _key, _units, read
+from ._common import numerics
+from ._layout import named_leaves
+from .port import _bare, _key, _units, read
 
 __all__ = ["knobs", "run_loss", "train"]
 

@@ -18,9 +18,9 @@ import torch
 from torch import nn
 from torch.distributions import Categorical
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import MLP, numpy, scenario_run, tensor
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import MLP, numpy, scenario_run, tensor
+from ._layout import grads_of, load_params
 
 __all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
 

@@ -18,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_rank, check_same_shape, check_variant
-from torch_impl._common import MLP, numpy, scenario_run, tensor
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_rank, check_same_shape, check_variant
+from ._common import MLP, numpy, scenario_run, tensor
+from ._layout import grads_of, load_params
 
 __all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
 

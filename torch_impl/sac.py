@@ -21,9 +21,9 @@ from torch import nn
 from torch.distributions import Normal
 from torch.distributions.transforms import AffineTransform, ComposeTransform, TanhTransform
 
-from shared.core.checks import check_same_shape, check_variant
-from torch_impl._common import numpy, scenario_run, tensor
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import numpy, scenario_run, tensor
+from ._layout import grads_of, load_params
 
 __all__ = ["Actor", "SoftQNetwork", "SAC", "build_agent", "q_targets", "q_loss", "actor_loss", "alpha_loss", "run"]
 

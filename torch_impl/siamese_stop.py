@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_scalar, check_variant
-from torch_impl._common import grads_or_zeros, numpy, scenario_run, tensor
-from torch_impl._layout import grads_of, load_params, params_of
+from ..shared.core.checks import check_same_shape, check_scalar, check_variant
+from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._layout import grads_of, load_params, params_of
 
 __all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "run"]
 

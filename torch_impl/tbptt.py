@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from shared.core.checks import check_same_shape, check_truncation, truncation_length
-from torch_impl._common import numpy, scenario_run, scenario_step, tensor
-from torch_impl._layout import grads_of, load_params
+from ..shared.core.checks import check_same_shape, check_truncation, truncation_length
+from ._common import numpy, scenario_run, scenario_step, tensor
+from ._layout import grads_of, load_params
 
 __all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
 

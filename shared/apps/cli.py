@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 
-from shared.apps import bench, docs, run, selfcheck, show, site
-from shared.apps.check import cli as check_cli
-from shared.apps.claims import cli as claims_cli
-from shared.apps.common import (
+from . import bench, docs, run, selfcheck, show, site
+from .check import cli as check_cli
+from .claims import cli as claims_cli
+from .common import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
     EXIT_USAGE,

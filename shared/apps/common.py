@@ -301,9 +301,9 @@ _AT_FDCWD = -100
 
 
 def _package_folders() -> list[Path]:
-    """The folders of the packages shared, torch_impl and jax_impl (located without importing them)."""
+    """The folders of the package detach_parity's subpackages (located without importing them)."""
     found = []
-    for name in ("shared", "torch_impl", "jax_impl"):
+    for name in ("detach_parity.shared", "detach_parity.torch_impl", "detach_parity.jax_impl"):
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.submodule_search_locations:
             found += [Path(p).resolve() for p in spec.submodule_search_locations]

@@ -25,8 +25,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from shared.apps.common import UsageError
-from shared.core import registry
+from ..core import registry
+from .common import UsageError
 
 __all__ = ["GENERATED", "PAGES", "SECTIONS", "scenario_tests", "render", "pages", "update", "add_parser"]
 
@@ -121,7 +121,7 @@ def cheatsheet_page() -> str:
 
 def claims_page() -> str:
     """docs/claims.md: the tutorial claims, checked by running them."""
-    from shared.apps import claims
+    from . import claims
 
     intro = ("Common tutorial claims about `detach()`, each reproduced by code: `detach-parity claims` reruns "
              "them and exits 1 if a verdict no longer holds.")  # fmt: skip
@@ -135,7 +135,7 @@ def _bench_payload(root: Path = ROOT) -> dict | None:
 
 def bench_page() -> str:
     """docs/bench.md: the stored bench run as tables (docs/bench-cpu.json)."""
-    from shared.apps import bench
+    from . import bench
 
     payload = _bench_payload()
     return "\n".join(["# Bench", "", f"The stored run `{BENCH_JSON}` (`make bench` writes a fresh one to "
@@ -144,7 +144,7 @@ def bench_page() -> str:
 
 def bench_section() -> str:
     """README: the stored bench run in a few lines."""
-    from shared.apps import bench
+    from . import bench
 
     payload = _bench_payload()
     if payload is None:
@@ -158,8 +158,8 @@ def report_page() -> str:
 
     from rich.console import Console
 
-    from shared.apps.run import results_table
-    from shared.core.runner import iter_cases, run_case
+    from ..core.runner import iter_cases, run_case
+    from .run import results_table
 
     cases = (("frozen_backbone", None), ("feature_stats", "naive_ddof0"), ("p02_norm_at_zero", "naive"))
     results = [

@@ -30,7 +30,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from shared.apps.common import (
+from ..core import registry
+from ..core.runner import CaseResult, iter_cases, run_case
+from ..core.schema import FLOAT_DTYPES
+from .common import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
@@ -44,9 +47,6 @@ from shared.apps.common import (
     versions,
     write_json,
 )
-from shared.core import registry
-from shared.core.runner import CaseResult, iter_cases, run_case
-from shared.core.schema import FLOAT_DTYPES
 
 __all__ = ["results_table", "cmd_run", "cmd_list", "add_run", "add_list", "MAX_JOBS"]
 

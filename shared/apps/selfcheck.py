@@ -33,7 +33,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from shared.apps.common import (
+from ..core.runner import FRAMEWORKS, impl
+from .common import (
     EXIT_USAGE,
     UsageError,
     bounded_int,
@@ -43,7 +44,6 @@ from shared.apps.common import (
     versions,
     write_json,
 )
-from shared.core.runner import FRAMEWORKS, impl
 
 __all__ = ["Site", "find_sites", "covering_tests", "selfcheck", "MAX_JOBS"]
 
@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # than CPUs only cost memory and disk
 MAX_JOBS = max(2, len(os.sched_getaffinity(0)))
 IMPL_DIRS = ("torch_impl", "jax_impl")
-OWN_PACKAGES = ("shared", "torch_impl", "jax_impl", "conftest")
+OWN_PACKAGES = ("detach_parity", "conftest")
 # test files that check the whole tree rather than a scenario's behaviour: a
 # mutant failing them (e.g. formatting) would be killed for the wrong reason
 GLOBAL_TESTS = {
@@ -279,8 +279,8 @@ def covering_tests(module: str, root: Path = ROOT) -> list[str]:
     plus every test file that names it.
     A private helper (`_common`, `_layout`): the layout tests and one scenario's cases.
     """
-    from shared.apps.docs import scenario_tests
-    from shared.core.registry import SCENARIOS
+    from ..core.registry import SCENARIOS
+    from .docs import scenario_tests
 
     if module.startswith("_"):
         return ["tests/test_layout.py", "tests/test_parity.py", "-k", "layout or frozen_backbone or basics"]
@@ -318,7 +318,7 @@ def _child(copy: Path, args: list[str]) -> None:
     import pytest
 
     os.chdir(copy)
-    sys.path.insert(0, str(copy))
+    sys.path.insert(0, str(copy.parent))
     # the parent imported this package (and, preloading, the implementations' helpers) from the
     # original tree: forget every module of ours, so that the copy's mutated files are imported
     for name in [m for m in sys.modules if m.split(".")[0] in OWN_PACKAGES]:
@@ -380,7 +380,8 @@ def selfcheck(
 
 def _run_mutants(sites, root, jobs, timeout, on_done, outcomes, running) -> None:
     with tempfile.TemporaryDirectory(prefix="selfcheck-") as tmp:
-        copies = [_copy_tree(root, Path(tmp) / f"copy{i}") for i in range(jobs)]
+        # each copy's root is the package itself: named `detach_parity`, first on its child's sys.path
+        copies = [_copy_tree(root, Path(tmp) / f"copy{i}" / "detach_parity") for i in range(jobs)]
         free = list(range(jobs))
         queue = list(enumerate(sites))
 

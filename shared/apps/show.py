@@ -29,11 +29,11 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from shared.apps.common import UsageError, check_interrupted, failure_line, non_negative_int
-from shared.core import registry
-from shared.core.parity import tolerance_for
-from shared.core.records import Scenario
-from shared.core.runner import FRAMEWORKS, iter_cases, run_case, source_path
+from ..core import registry
+from ..core.parity import tolerance_for
+from ..core.records import Scenario
+from ..core.runner import FRAMEWORKS, iter_cases, run_case, source_path
+from .common import UsageError, check_interrupted, failure_line, non_negative_int
 
 __all__ = [
     "FRAMEWORKS",

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core import registry
-from shared.core.schema import Field
+from . import registry
+from .schema import Field
 
 __all__ = [
     "check_variant",

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from shared.core.fixtures import Fixture
+from .fixtures import Fixture
 
 __all__ = ["check_call", "finish"]
 
@@ -22,7 +22,9 @@ def check_call(scenario: str, fx: object, variant: str) -> None:
     The record comes with the fixture (`fx.spec`): no second lookup.
     """
     if not isinstance(fx, Fixture):
-        raise ValueError(f"{scenario}.run: fx expected a shared.core.fixtures.Fixture, got {type(fx).__name__}")
+        raise ValueError(
+            f"{scenario}.run: fx expected a detach_parity.shared.core.fixtures.Fixture, got {type(fx).__name__}"
+        )
     if fx.scenario != scenario:
         raise ValueError(f"{scenario}.run: fx expected a fixture of {scenario!r}, got one of {fx.scenario!r}")
     fx.spec.check_variant(variant)

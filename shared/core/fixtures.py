@@ -21,9 +21,9 @@ from types import MappingProxyType
 
 import numpy as np
 
-from shared.core import registry
-from shared.core.records import Scenario
-from shared.core.schema import FLOAT_DTYPES, KIND_DTYPE, validate_structure, validate_values
+from . import registry
+from .records import Scenario
+from .schema import FLOAT_DTYPES, KIND_DTYPE, validate_structure, validate_values
 
 __all__ = ["FLOAT_DTYPES", "Fixture", "make", "from_arrays", "require"]
 

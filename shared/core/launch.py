@@ -46,8 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.core import registry
-from shared.core.fixtures import Fixture
+from . import registry
+from .fixtures import Fixture
 
 __all__ = [
     "START_TIMEOUT",
@@ -91,7 +91,9 @@ def free_port() -> int:
 def save_fixture(fx: Fixture, path: Path) -> dict:
     """Write a fixture's arrays to `path` (.npz); return the metadata `load_fixture` needs with it."""
     if not isinstance(fx, Fixture):
-        raise ValueError(f"save_fixture: fx expected a shared.core.fixtures.Fixture, got {type(fx).__name__}")
+        raise ValueError(
+            f"save_fixture: fx expected a detach_parity.shared.core.fixtures.Fixture, got {type(fx).__name__}"
+        )
     np.savez(path, **{k: np.asarray(v) for k, v in fx.items()})
     return {"path": str(path), "scenario": fx.scenario, "dtype": fx.dtype, "seed": fx.seed, "case": fx.case}
 

@@ -13,8 +13,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from shared.core.parity import Tolerance
-from shared.core.schema import Field
+from .parity import Tolerance
+from .schema import Field
 
 __all__ = ["Porting", "Scenario", "FAMILIES"]
 

@@ -21,11 +21,11 @@ import importlib
 import pkgutil
 from collections.abc import Iterator, Mapping
 
-from shared.core.records import FAMILIES, Porting, Scenario
+from .records import FAMILIES, Porting, Scenario
 
 __all__ = ["Porting", "Scenario", "SCENARIOS", "FAMILIES", "PACKAGE", "get", "names", "refresh"]
 
-PACKAGE = "shared.scenarios"
+PACKAGE = f"{__package__.rsplit('.', 1)[0]}.scenarios"  # detach_parity.shared.scenarios
 
 
 def _discover() -> dict[str, Scenario]:

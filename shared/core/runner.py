@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from shared.core import fixtures, registry
-from shared.core.parity import Comparison, check_pattern, compare, tolerance_for
-from shared.core.records import Scenario
+from . import fixtures, registry
+from .parity import Comparison, check_pattern, compare, tolerance_for
+from .records import Scenario
 
 __all__ = [
     "FRAMEWORKS",
@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 FRAMEWORKS = ("torch", "jax")
+_PACKAGE = __package__.rsplit(".", 2)[0]  # detach_parity: the grandparent of shared.core
 
 
 def _module_name(framework: str, module: str) -> str:
@@ -46,7 +47,7 @@ def _module_name(framework: str, module: str) -> str:
         raise ValueError(f"framework expected one of {list(FRAMEWORKS)}, got {framework!r}")
     if not isinstance(module, str) or not module.isidentifier():
         raise ValueError(f"module expected a Python module name, got {module!r}")
-    return f"{framework}_impl.{module}"
+    return f"{_PACKAGE}.{framework}_impl.{module}"
 
 
 def impl(framework: str, module: str):

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import fd_grad
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import fd_grad
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 PARAMS = {
     "embed/embedding": ("V", "E"),

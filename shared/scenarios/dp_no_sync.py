@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import fd_grad
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import fd_grad
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 WORLD = 2
 PARAMS = {"l1/kernel": ("D", "H"), "l1/bias": ("H",), "l2/kernel": ("H", "O"), "l2/bias": ("O",)}

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import fd_grad, sgd
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import fd_grad, sgd
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 NETS = ("online", "target")
 LAYERS = {"l1/kernel": ("D", "H"), "l1/bias": ("H",), "l2/kernel": ("H", "A"), "l2/bias": ("A",)}

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 PARAMS = {
     "encoder/kernel": ("D", "H"),

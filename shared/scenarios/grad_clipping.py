@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
-from shared.scenarios.tbptt import backward, forward
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
+from .tbptt import backward, forward
 
 REGIMES = ("above", "at", "below", "zero")
 LEAVES = ("cell/ih/kernel", "cell/ih/bias", "cell/hh/kernel", "cell/hh/bias", "readout/kernel", "readout/bias")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 SCHEMA = {
     "x": Field(("B", "D"), doc="inputs"),

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import adamw
-from shared.core.parity import Tolerance
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import adamw
+from ..core.parity import Tolerance
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 PARAMS = {
     "encoder/kernel": ("D", "H"),

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 SCHEMA = {
     "x": Field(("N",), doc="points, some exactly on a kink (0, lo, hi)"),

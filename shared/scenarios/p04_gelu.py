@@ -9,9 +9,9 @@ import math
 
 import numpy as np
 
-from shared.core.parity import Tolerance
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.parity import Tolerance
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 SCHEMA = {"x": Field(("N",), doc="pre-activations")}
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 TORCH_EPS = 1e-5  # torch.nn.LayerNorm default
 NNX_EPS = 1e-6  # nnx.LayerNorm default

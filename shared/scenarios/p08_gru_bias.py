@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import fd_grad
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import fd_grad
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 SCHEMA = {
     "x": Field(("T", "B", "I"), doc="input sequence, time major"),

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import fd_grad
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import fd_grad
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 PARAMS = {"cell/ih/kernel": ("D", "G"), "cell/hh/kernel": ("H", "G"), "cell/ih/bias": ("G",), "cell/hh/bias": ("G",)}
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 SCHEMA = {
     "q": Field(("T", "K"), doc="queries"),

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 SCHEMA = {
     "q": Field(("B", 1), doc="Q(s, a) as a critic head returns it, [B, 1]"),

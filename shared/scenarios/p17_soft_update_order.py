@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 LEAVES = {"kernel": ("I", "O"), "bias": ("O",)}
 

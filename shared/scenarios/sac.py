@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import fd_grad
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import fd_grad
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 LOG_STD_MIN, LOG_STD_MAX, LOG_DET_EPS = -5.0, 2.0, 1e-6  # CleanRL's constants
 SATURATED = 4.5

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import fd_grad, sgd
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import fd_grad, sgd
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 NET = {"l1/kernel": ("D", "H"), "l1/bias": ("H",), "l2/kernel": ("H", "P"), "l2/bias": ("P",)}
 PARAMS = {

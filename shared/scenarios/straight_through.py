@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.oracle import fd_grad, sgd
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.oracle import fd_grad, sgd
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 PARAMS = {
     "encoder/kernel": ("D", "K"),

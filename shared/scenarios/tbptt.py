@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.core.checks import truncation_length
-from shared.core.records import Porting, Scenario
-from shared.core.schema import Field
+from ..core.checks import truncation_length
+from ..core.records import Porting, Scenario
+from ..core.schema import Field
 
 CELLS = ("elman", "gru")
 LEAVES = ("cell/ih/kernel", "cell/ih/bias", "cell/hh/kernel", "cell/hh/bias", "readout/kernel", "readout/bias")

@@ -24,8 +24,8 @@ The framework code is the pair torch_impl/bench.py / jax_impl/bench.py, reached 
 shared.core.runner.impl.
 """
 
-from shared.apps.bench.cli import MAX_BUDGET_S, MAX_REPEATS, add_parser, choose_threads, cmd_bench, run, scenario_names
-from shared.apps.bench.payload import (
+from .cli import MAX_BUDGET_S, MAX_REPEATS, add_parser, choose_threads, cmd_bench, run, scenario_names
+from .payload import (
     CLAIM_C16,
     COLUMNS,
     FREEZING_VARIANTS,
@@ -37,11 +37,11 @@ from shared.apps.bench.payload import (
     check_payload,
     noisy_timings,
 )
-from shared.apps.bench.report import markdown, summary
-from shared.apps.bench.sizes import SIZES, fixture
-from shared.apps.bench.tables import print_tables
-from shared.apps.bench.timing import MIN_ROUNDS, NOISY, Budget, interleaved, slope
-from shared.apps.bench.worker import available_cpus
+from .report import markdown, summary
+from .sizes import SIZES, fixture
+from .tables import print_tables
+from .timing import MIN_ROUNDS, NOISY, Budget, interleaved, slope
+from .worker import available_cpus
 
 __all__ = [
     "SIZES",

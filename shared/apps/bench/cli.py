@@ -22,12 +22,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from shared.apps.bench.payload import check_payload
-from shared.apps.bench.sizes import SIZES
-from shared.apps.bench.tables import print_tables
-from shared.apps.bench.worker import available_cpus
-from shared.apps.common import UsageError, bounded_int, json_path, positive_int, print_error, versions, write_json
-from shared.core import registry
+from ...core import registry
+from ..common import UsageError, bounded_int, json_path, positive_int, print_error, versions, write_json
+from .payload import check_payload
+from .sizes import SIZES
+from .tables import print_tables
+from .worker import available_cpus
 
 __all__ = ["MAX_REPEATS", "MAX_BUDGET_S", "scenario_names", "choose_threads", "run", "cmd_bench", "add_parser"]
 
@@ -130,7 +130,7 @@ def run(
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bench.json"
-            cmd = [sys.executable, "-m", "shared.apps.bench", "--worker", json.dumps(config), str(out)]
+            cmd = [sys.executable, "-m", __package__, "--worker", json.dumps(config), str(out)]
             proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[3])
             try:
                 code = proc.wait()

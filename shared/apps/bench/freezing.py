@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.apps.bench.payload import CLAIM_C16, FREEZING_VARIANTS
-from shared.apps.bench.sizes import fixture
-from shared.apps.bench.timing import interleaved
-from shared.core.runner import impl
+from ...core.runner import impl
+from .payload import CLAIM_C16, FREEZING_VARIANTS
+from .sizes import fixture
+from .timing import interleaved
 
 __all__ = ["freezing_section"]
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from shared.apps.bench.timing import Budget
+from .timing import Budget
 
 __all__ = ["BenchProgress"]
 

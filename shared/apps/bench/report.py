@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 
-from shared.apps.bench.payload import COLUMNS, capped_timings, noisy_timings
-from shared.core import registry
+from ...core import registry
+from .payload import COLUMNS, capped_timings, noisy_timings
 
 __all__ = [
     "HEADERS",

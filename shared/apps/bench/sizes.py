@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from shared.core import registry
-from shared.core.fixtures import Fixture, from_arrays, make
+from ...core import registry
+from ...core.fixtures import Fixture, from_arrays, make
 
 __all__ = ["SIZES", "fixture"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-from shared.apps.bench.payload import COLUMNS, TUNED
-from shared.apps.bench.timing import first_call, interleaved
-from shared.core.fixtures import Fixture
-from shared.core.runner import impl
+from ...core.fixtures import Fixture
+from ...core.runner import impl
+from .payload import COLUMNS, TUNED
+from .timing import first_call, interleaved
 
 __all__ = ["LOSS_RTOL", "overhead", "step_row", "compile_allowed"]
 

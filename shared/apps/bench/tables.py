@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from rich.console import Console
 from rich.table import Table
 
-from shared.apps.bench.payload import COLUMNS, capped_timings, noisy_timings
-from shared.apps.bench.report import (
+from .payload import COLUMNS, capped_timings, noisy_timings
+from .report import (
     HEADERS,
     closing_note,
     device_heading,

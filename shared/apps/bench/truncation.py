@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from shared.apps.bench.sizes import fixture
-from shared.apps.bench.timing import interleaved, slope
-from shared.core.runner import impl
+from ...core.runner import impl
+from .sizes import fixture
+from .timing import interleaved, slope
 
 __all__ = ["MAX_TBPTT_REPEATS", "tbptt_points", "tbptt_repeats", "tbptt_section"]
 

@@ -17,17 +17,17 @@ import threading
 import time
 from collections.abc import Mapping
 
-from shared.apps.bench.freezing import freezing_section
-from shared.apps.bench.payload import GLOSSARY, capped_timings
-from shared.apps.bench.progress import BenchProgress
-from shared.apps.bench.sizes import SIZES, fixture
-from shared.apps.bench.steps import compile_allowed, overhead, step_row
-from shared.apps.bench.timing import MIN_ROUNDS, NOISY, Budget
-from shared.apps.bench.truncation import tbptt_points, tbptt_repeats, tbptt_section
-from shared.apps.check import bench_one_million
-from shared.core import registry
-from shared.core.fixtures import make
-from shared.core.runner import impl
+from ...core import registry
+from ...core.fixtures import make
+from ...core.runner import impl
+from ..check import bench_one_million
+from .freezing import freezing_section
+from .payload import GLOSSARY, capped_timings
+from .progress import BenchProgress
+from .sizes import SIZES, fixture
+from .steps import compile_allowed, overhead, step_row
+from .timing import MIN_ROUNDS, NOISY, Budget
+from .truncation import tbptt_points, tbptt_repeats, tbptt_section
 
 __all__ = ["WEIGHTS", "SPENT", "available_cpus", "exit_with_parent", "pin", "main"]
 

@@ -1,6 +1,6 @@
 """`detach-parity check`: check your own torch -> Flax NNX port (weights, outputs, gradients, steps, the bug named).
 
-    from shared.apps.check import check_port, assert_port_matches, transfer_weights
+    from . import check_port, assert_port_matches, transfer_weights
 
 One implementation under three surfaces: `check_port(...) -> PortReport` (checker.py), the
 pytest helper `assert_port_matches(...)` (fails with the report as its message), and
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shared.apps.check.checker import check_port
-from shared.apps.check.compare import STEP_TOLERANCE, TOLERANCE
-from shared.apps.check.match import PortInputError, plan
-from shared.apps.check.report import Hint, PortMismatch, PortReport
-from shared.core.runner import impl
+from ...core.runner import impl
+from .checker import check_port
+from .compare import STEP_TOLERANCE, TOLERANCE
+from .match import PortInputError, plan
+from .report import Hint, PortMismatch, PortReport
 
 __all__ = [
     "TOLERANCE",
@@ -94,7 +94,7 @@ def bench_one_million(steps: int = 5, name: str = "transformer") -> dict:
     """
     import time
 
-    from shared.apps.check.ports import case
+    from .ports import case
 
     args = case(name, "correct", size="1m")
     parameters = sum(int(v.size) for v in impl("jax", "port").native(args["jax_model"]).values())

@@ -16,11 +16,11 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from shared.apps.check import diagnose, flow
-from shared.apps.check.compare import Pass, rows_of
-from shared.apps.check.match import Plan, PortInputError, check_mapping, plan
-from shared.apps.check.report import PortReport
-from shared.core.runner import impl
+from ...core.runner import impl
+from . import diagnose, flow
+from .compare import Pass, rows_of
+from .match import Plan, PortInputError, check_mapping, plan
+from .report import PortReport
 
 __all__ = ["MAX_STEPS", "check_port", "validate_batch"]
 

@@ -22,10 +22,10 @@ import runpy
 import types
 from pathlib import Path
 
-from shared.apps.check.checker import MAX_STEPS, check_port
-from shared.apps.check.match import PortInputError
-from shared.apps.check.ports import WORKED, case, parse
-from shared.apps.common import UsageError, bounded_int, json_path, versions, write_json
+from ..common import UsageError, bounded_int, json_path, versions, write_json
+from .checker import MAX_STEPS, check_port
+from .match import PortInputError
+from .ports import WORKED, case, parse
 
 __all__ = ["REQUIRED", "OPTIONAL", "load_file", "cmd_check", "add_parser"]
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shared.apps.check.match import Plan, translate
-from shared.apps.check.report import Row
-from shared.core.parity import TOLERANCES, Tolerance, compare
+from ...core.parity import TOLERANCES, Tolerance, compare
+from .match import Plan, translate
+from .report import Row
 
 __all__ = ["TOLERANCE", "STEP_TOLERANCE", "Pass", "rows_of"]
 

@@ -18,11 +18,11 @@ import itertools
 
 import numpy as np
 
-from shared.apps.check.compare import rows_of
-from shared.apps.check.match import translate
-from shared.apps.check.report import Hint, Row
-from shared.core import registry
-from shared.core.runner import impl
+from ...core import registry
+from ...core.runner import impl
+from .compare import rows_of
+from .match import translate
+from .report import Hint, Row
 
 __all__ = ["KNOB_PITFALL", "STOP", "FREEZE", "CLIP", "page", "diagnose"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shared.apps.check.report import FlowLine
+from .report import FlowLine
 
 __all__ = ["state", "diff"]
 

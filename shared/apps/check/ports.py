@@ -7,10 +7,10 @@ name that bug. `case` turns one into check_port's arguments; `check_worked` runs
 
 from __future__ import annotations
 
-from shared.apps.check.checker import check_port
-from shared.apps.check.match import PortInputError
-from shared.apps.check.report import PortReport
-from shared.core.runner import impl
+from ...core.runner import impl
+from .checker import check_port
+from .match import PortInputError
+from .report import PortReport
 
 __all__ = ["WORKED", "IN_STEPS", "variants", "case", "check_worked", "parse"]
 

@@ -20,10 +20,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shared.apps.claims import aliasing, freezing, losses, modes, recurrence
-from shared.apps.claims.record import ARTICLES, INPLACE, NO_GRAD_FN, VERDICTS, Claim, Facts, Theme
-from shared.core import registry
-from shared.core.runner import FRAMEWORKS, impl, source_path
+from ...core import registry
+from ...core.runner import FRAMEWORKS, impl, source_path
+from . import aliasing, freezing, losses, modes, recurrence
+from .record import ARTICLES, INPLACE, NO_GRAD_FN, VERDICTS, Claim, Facts, Theme
 
 __all__ = [
     "ARTICLES",

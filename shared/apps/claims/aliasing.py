@@ -7,7 +7,7 @@ detach, detach against .data.
 
 from __future__ import annotations
 
-from shared.apps.claims.record import INPLACE, NO_GRAD_FN, Facts, Theme, close, raised
+from .record import INPLACE, NO_GRAD_FN, Facts, Theme, close, raised
 
 __all__ = ["THEME"]
 

@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from shared.apps import claims
-from shared.apps.common import UsageError, json_path, print_error, versions, write_json
+from .. import claims
+from ..common import UsageError, json_path, print_error, versions, write_json
 
 __all__ = ["add_parser", "cmd_claims", "print_outcomes"]
 

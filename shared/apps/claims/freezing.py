@@ -8,7 +8,7 @@ the ratios are measured by `detach-parity bench`.
 
 from __future__ import annotations
 
-from shared.apps.claims.record import NO_GRAD_FN, SAME, Facts, Theme, close, raised
+from .record import NO_GRAD_FN, SAME, Facts, Theme, close, raised
 
 __all__ = ["THEME"]
 

@@ -7,7 +7,7 @@ policy logits.
 
 from __future__ import annotations
 
-from shared.apps.claims.record import NO_GRAD_FN, SAME, Facts, Theme, close, fmt, raised
+from .record import NO_GRAD_FN, SAME, Facts, Theme, close, fmt, raised
 
 __all__ = ["THEME"]
 

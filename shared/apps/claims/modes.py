@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from shared.apps.claims.record import NO_GRAD_FN, Facts, Theme, close, raised
+from .record import NO_GRAD_FN, Facts, Theme, close, raised
 
 __all__ = ["THEME"]
 

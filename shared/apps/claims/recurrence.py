@@ -6,7 +6,7 @@ truncated gradient reaches, what truncation saves in memory, clipping against tr
 
 from __future__ import annotations
 
-from shared.apps.claims.record import Facts, Theme, close, fmt
+from .record import Facts, Theme, close, fmt
 
 __all__ = ["THEME"]
 

@@ -34,7 +34,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shared.apps.common import (
+from ..common import (
     OutputError,
     OutputFolder,
     UsageError,
@@ -44,10 +44,10 @@ from shared.apps.common import (
     out_dir,
     versions,
 )
-from shared.apps.show import FRAMEWORKS, Block, Row, aligned_rows, fmt_err, parity_rtol, run_cases
-from shared.core import registry
-from shared.core.records import Scenario
-from shared.core.schema import FLOAT_DTYPES
+from ..show import FRAMEWORKS, Block, Row, aligned_rows, fmt_err, parity_rtol, run_cases
+from ...core import registry
+from ...core.records import Scenario
+from ...core.schema import FLOAT_DTYPES
 
 __all__ = [
     "Page",
@@ -90,7 +90,7 @@ def environment():
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     env = Environment(
-        loader=PackageLoader("shared.apps.site", "templates"),
+        loader=PackageLoader(__name__, "templates"),
         autoescape=select_autoescape(["html"]),
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -170,7 +170,7 @@ def summarize(page: Page) -> dict:
 
 
 def _proof(name: str) -> list[str]:
-    from shared.apps.docs import scenario_tests
+    from ..docs import scenario_tests
 
     return [f"tests/test_parity.py -k {name}", *scenario_tests(name)]
 
@@ -181,7 +181,7 @@ def load_bench(path: Path | str) -> dict:
         payload = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"bench file {str(path)!r}: expected a readable JSON file, got {exc}") from None
-    from shared.apps.bench import check_payload
+    from ..bench import check_payload
 
     try:
         check_payload(payload)
@@ -195,8 +195,8 @@ def render_bench(env, payload: dict, root: Path, pages: Collection[str] = ()) ->
 
     pages: the scenario pages this site has; only those are linked.
     """
-    from shared.apps.bench import noisy_timings
-    from shared.apps.site.figures import bench_figures
+    from ..bench import noisy_timings
+    from .figures import bench_figures
 
     order = [n for n in registry.names() if n in payload["scenarios"]]  # teaching order, as the terminal
     order += [n for n in payload["scenarios"] if n not in order]
@@ -272,7 +272,7 @@ def build(
     """
     from pygments.formatters import HtmlFormatter
 
-    from shared.apps.site.figures import figures_for
+    from .figures import figures_for
 
     specs = [registry.get(n) for n in dict.fromkeys(scenarios or registry.names())]
     bench_payload = None if bench is None else load_bench(bench)  # checked before the long run
@@ -297,7 +297,7 @@ def build(
             (root / "bench.html").write_text(render_bench(env, bench_payload, root, names), encoding="utf-8")
         (root / "index.html").write_text(render_index(env, pages, seed, has_bench), encoding="utf-8")
         if not scenarios:  # the full site also checks the worked ports (shared/apps/site/ports.py)
-            from shared.apps.site.ports import write_ports
+            from .ports import write_ports
 
             write_ports(root, env, echo)
         for i, page in enumerate(pages):

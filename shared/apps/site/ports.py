@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared.apps.check.ports import IN_STEPS, WORKED, check_worked, variants
-from shared.apps.check.report import PortReport
+from ..check.ports import IN_STEPS, WORKED, check_worked, variants
+from ..check.report import PortReport
 
 __all__ = ["PortPage", "run_ports", "render_ports", "write_ports"]
 
