@@ -143,7 +143,7 @@ def rank_gap(values: Mapping[str, jax.Array]) -> dict[str, np.ndarray]:
 
 def _run(scenario: str, fx: Fixture, variant: str) -> dict:
     with jax.enable_x64(fx.dtype == "float64"):  # scoped to the case, as scenario_run does
-        out = runner.impl("jax", scenario).run_rank(fx, variant)
+        out = runner.lesson("jax", scenario).run_rank(fx, variant)
         return {k: np.asarray(v) for k, v in out.items()}
 
 

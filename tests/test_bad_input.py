@@ -15,7 +15,7 @@ import pytest
 import torch
 from detach_parity.shared.core import fixtures
 from detach_parity.shared.core.checks import truncation_length
-from detach_parity.shared.core.runner import impl
+from detach_parity.shared.core.runner import lesson
 
 FRAMEWORKS = ("torch", "jax")
 
@@ -208,7 +208,7 @@ LOSS_SHAPES = [
 @pytest.mark.parametrize(("scenario", "call", "msg"), LOSS_SHAPES)
 def test_loss_refuses_mismatched_shapes(scenario: str, call, msg: str, framework: str) -> None:
     with pytest.raises(ValueError, match=msg):
-        call(impl(framework, scenario), framework)
+        call(lesson(framework, scenario), framework)
 
 
 def _method(cls, framework: str):
@@ -248,12 +248,12 @@ TYPO_HELPERS = [
 def test_public_helper_refuses_a_typod_variant(scenario: str, call, framework: str) -> None:
     msg = rf"{scenario}: variant expected one of \[.+\], got 'nope_typo'"
     with pytest.raises(ValueError, match=msg):
-        call(impl(framework, scenario), framework, "nope_typo")
+        call(lesson(framework, scenario), framework, "nope_typo")
 
 
 def test_jitted_jax_helper_refuses_a_typod_variant_at_trace_time() -> None:
     """grad_clipping's jitted train_step takes variant as a static argument: the check runs while tracing."""
-    jg = impl("jax", "grad_clipping")
+    jg = lesson("jax", "grad_clipping")
     with pytest.raises(ValueError, match=r"grad_clipping: variant expected one of \[.+\], got 'torch_fromula'"):
         jg.train_step(None, None, None, None, None, None, None, None, "torch_fromula")
 
@@ -262,7 +262,7 @@ def test_data_vs_detach_write_refuses_a_typod_how() -> None:
     for framework in FRAMEWORKS:
         (out,) = _tensors(framework, (3,))
         with pytest.raises(ValueError, match=r"write_zeros: how expected one of \[.+\], got 'detach_clon'"):
-            impl(framework, "data_vs_detach").write_zeros(out, "detach_clon")
+            lesson(framework, "data_vs_detach").write_zeros(out, "detach_clon")
 
 
 # Public helpers check their arguments the way fixtures are checked (issue 15 item 7) ------------
@@ -276,7 +276,7 @@ def _fw_arrays(framework: str, fx, *keys):
 
 
 def _dqn_targets(framework: str, **changes):
-    m = impl(framework, "dqn_target")
+    m = lesson(framework, "dqn_target")
     fx = fixtures.make("dqn_target", "float32")
     online, target = m.build_networks(fx)
     keys = ("rewards", "dones", "next_obs")
@@ -294,7 +294,7 @@ def _dones(b: int, bad: float) -> np.ndarray:
 
 
 def _tbptt_unroll(framework: str, k):
-    m = impl(framework, "tbptt")
+    m = lesson(framework, "tbptt")
     fx = fixtures.make("tbptt", "float32")
     x, h0 = _fw_arrays(framework, fx, "x", "h0")
     if framework == "torch":
@@ -304,7 +304,7 @@ def _tbptt_unroll(framework: str, k):
 
 
 def _maml_adapt(framework: str, steps):
-    m = impl(framework, "maml")
+    m = lesson(framework, "maml")
     fx = fixtures.make("maml", "float32", case="n1")
     x, y = _fw_arrays(framework, fx, "support_x", "support_y")
     model = m.build_model(fx)
@@ -317,7 +317,7 @@ def _maml_adapt(framework: str, steps):
 
 
 def _soft_update(framework: str, scenario: str, tau):
-    m = impl(framework, scenario)
+    m = lesson(framework, scenario)
     fx = fixtures.make(scenario, "float32")
     if scenario == "dqn_target":
         online, target = m.build_networks(fx)
@@ -330,7 +330,7 @@ def _ce(framework: str, scenario: str, bad_label: int):
     (logits,) = _tensors(framework, (3, 4))
     labels = np.array([0, bad_label, 1])
     labels = torch.tensor(labels) if framework == "torch" else jnp.asarray(labels)
-    m = impl(framework, scenario)
+    m = lesson(framework, scenario)
     if scenario == "multitask":
         return m.task_losses(*_tensors(framework, (3,), (3,)), logits, labels)
     return m.cross_entropy(logits, labels)
@@ -342,14 +342,14 @@ def _array(framework: str, values) -> object:
 
 
 def _p11_step(framework: str, lr, wd):
-    m = impl(framework, "p11_none_vs_zero_grad")
+    m = lesson(framework, "p11_none_vs_zero_grad")
     params = {"x": _array(framework, [1.0, 2.0]), "y": _array(framework, [3.0, 4.0])}
     grads = {"x": _array(framework, [1.0, 2.0]), "y": None if framework == "torch" else _array(framework, [0.0, 0.0])}
     return m.sgd_step(params, grads, lr, wd)
 
 
 def _clip(framework: str, max_norm):
-    m = impl(framework, "grad_clipping")
+    m = lesson(framework, "grad_clipping")
     if framework == "torch":
         p = torch.nn.Parameter(torch.ones(3))
         p.grad = torch.ones(3)
@@ -374,7 +374,7 @@ ARGUMENTS = [
      r"td_targets: rewards expected rank 1 [B], got shape (6, 1)"),
     (lambda f: _soft_update(f, "dqn_target", 1.5), r"soft_update: tau expected a number in [0, 1], got 1.5"),
     (lambda f: _soft_update(f, "p17_soft_update_order", -0.1), r"soft_update: tau expected a number in [0, 1], got -0.1"),
-    (lambda f: impl(f, "p17_soft_update_order").build_layer(fixtures.make("p17_soft_update_order", "float32"), "onlin"),
+    (lambda f: lesson(f, "p17_soft_update_order").build_layer(fixtures.make("p17_soft_update_order", "float32"), "onlin"),
      r"build_layer: net expected one of ['online', 'target'], got 'onlin'"),
     (lambda f: _p11_step(f, 0.0, 0.1), r"sgd_step: lr expected a number in (0, inf], got 0.0"),
     (lambda f: _p11_step(f, 0.1, -0.1), r"sgd_step: wd expected a number in [0, inf], got -0.1"),
@@ -382,15 +382,15 @@ ARGUMENTS = [
     (lambda f: _ce(f, "frozen_backbone", 4), r"cross_entropy: labels expected values in [0, 4), got 4 at index (1,)"),
     (lambda f: _ce(f, "no_grad_inference", -1), r"cross_entropy: labels expected values in [0, 4), got -1 at index (1,)"),
     (lambda f: _ce(f, "multitask", 7), r"task_losses: labels expected values in [0, 4), got 7 at index (1,)"),
-    (lambda f: impl(f, "actor_critic").select_actions(*_tensors(f, (2, 3)), _array(f, [[0.5, 0.0, 0.5], [0.5] * 3])),
+    (lambda f: lesson(f, "actor_critic").select_actions(*_tensors(f, (2, 3)), _array(f, [[0.5, 0.0, 0.5], [0.5] * 3])),
      r"select_actions: noise expected values in (0, 1), got 0.0 at index (0, 1)"),
-    (lambda f: impl(f, "gan").bce_with_logits(*_tensors(f, (2, 1)), _array(f, [[1.0], [2.0]])),
+    (lambda f: lesson(f, "gan").bce_with_logits(*_tensors(f, (2, 1)), _array(f, [[1.0], [2.0]])),
      r"bce_with_logits: labels expected values in [0, 1], got 2.0 at index (1, 0)"),
-    (lambda f: impl(f, "grad_clipping").masked_loss(*_tensors(f, (2, 1, 1), (2, 1, 1)), _array(f, [[1.0], [0.5]]), 1.0),
+    (lambda f: lesson(f, "grad_clipping").masked_loss(*_tensors(f, (2, 1, 1), (2, 1, 1)), _array(f, [[1.0], [0.5]]), 1.0),
      r"masked_loss: mask expected values in {0, 1}, got 0.5 at index (1, 0)"),
-    (lambda f: impl(f, "linear_regression").predict(*_tensors(f, (2, 1), (), (3, 2)), "full"),
+    (lambda f: lesson(f, "linear_regression").predict(*_tensors(f, (2, 1), (), (3, 2)), "full"),
      r"predict: w expected rank 1 [D], got shape (2, 1)"),
-    (lambda f: impl(f, "linear_regression").predict(*_tensors(f, (3,), (), (3, 2)), "full"),
+    (lambda f: lesson(f, "linear_regression").predict(*_tensors(f, (3,), (), (3, 2)), "full"),
      r"predict: x_features has shape (2,) but w has shape (3,)"),
 ]  # fmt: skip
 
@@ -406,7 +406,7 @@ def test_public_helper_checks_its_arguments(call, msg: str, framework: str) -> N
 
 def test_mixed_precision_optimizer_checks_its_hyper_parameters() -> None:
     fx = fixtures.make("mixed_precision", "float32")
-    jm, tm = impl("jax", "mixed_precision"), impl("torch", "mixed_precision")
+    jm, tm = lesson("jax", "mixed_precision"), lesson("torch", "mixed_precision")
     hp = {k: jnp.asarray(fx[k]) for k in ("lr", "b1", "b2", "eps")}
     msg = "make_optimizer: b2 expected a number in [0, 1), got 1.0"
     with pytest.raises(ValueError, match=re.escape(msg)):
@@ -473,7 +473,7 @@ def test_jax_builder_refuses_float64_outside_x64(scenario: str, call) -> None:
     and inside jax.enable_x64 it builds float64; a float32 fixture builds float32 either way."""
     import jax
 
-    m = impl("jax", scenario)
+    m = lesson("jax", scenario)
     case = "n1" if scenario == "maml" else None
     fx64, fx32 = (fixtures.make(scenario, dt, case=case) for dt in ("float64", "float32"))
     with jax.enable_x64(False):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 from detach_parity.shared.core import fixtures, registry
-from detach_parity.shared.core.runner import impl
+from detach_parity.shared.core.runner import lesson
 
 PITFALLS = [name for name in registry.names() if name[0] == "p" and name[1:3].isdigit()]
 FRAMEWORKS = ("torch", "jax")
@@ -140,14 +140,14 @@ BAD_LOSSES = [
     ids=[f"{s}.{f}-{i}" for i, (s, f, _, _) in enumerate(BAD_LOSSES)],
 )
 def test_loss_refuses_mismatched_shapes(framework: str, scenario: str, loss: str, args: tuple, message: str) -> None:
-    fn = getattr(impl(framework, scenario), loss)
+    fn = getattr(lesson(framework, scenario), loss)
     with pytest.raises(ValueError, match=message):
         fn(*(_array(framework, a, a.dtype if a.dtype == bool else np.float32) for a in args))
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_p02_penalized_refuses_mismatched_target(framework: str) -> None:
-    fn = impl(framework, "p02_norm_at_zero").penalized
+    fn = lesson(framework, "p02_norm_at_zero").penalized
     x, t = _array(framework, np.zeros(3)), _array(framework, np.ones(2))
     with pytest.raises(ValueError, match=r"penalized: x has shape \(3,\) but t has shape \(2,\)"):
         fn(x, t, 0.1, "ported")
@@ -158,7 +158,7 @@ def _variant_helpers() -> list:
     found = []
     for scenario in PITFALLS:
         for framework in FRAMEWORKS:
-            module = impl(framework, scenario)
+            module = lesson(framework, scenario)
             for name in module.__all__:
                 obj = getattr(module, name)
                 members = (
@@ -185,7 +185,7 @@ def test_variant_helpers_are_mirrored() -> None:
 
 @pytest.mark.parametrize(("scenario", "framework", "qual"), VARIANT_HELPERS, ids=["/".join(t) for t in VARIANT_HELPERS])
 def test_public_helper_refuses_typoed_variant(scenario: str, framework: str, qual: str) -> None:
-    obj = impl(framework, scenario)
+    obj = lesson(framework, scenario)
     for part in qual.split("."):
         obj = getattr(obj, part)
     params = [p for p in inspect.signature(obj).parameters if p != "variant"]
@@ -215,4 +215,4 @@ PITFALL_ARGUMENTS = [
 @pytest.mark.parametrize(("scenario", "call", "message"), PITFALL_ARGUMENTS, ids=[s for s, _, _ in PITFALL_ARGUMENTS])
 def test_pitfall_helper_checks_its_arguments(scenario: str, call, message: str, framework: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
-        call(impl(framework, scenario), framework)
+        call(lesson(framework, scenario), framework)

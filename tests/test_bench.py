@@ -349,7 +349,7 @@ def test_detach_frees_the_backbone_graph_before_backward() -> None:
     Counted: saved tensors still alive when backward unpacks one. full_finetune keeps them all.
     """
     import torch
-    from detach_parity.torch_impl import bench as torch_bench
+    from detach_parity.torch_impl.backend import bench as torch_bench
 
     class Box:
         __slots__ = ("t", "__weakref__")
@@ -382,7 +382,7 @@ def test_detach_frees_the_backbone_graph_before_backward() -> None:
 
 def test_torch_grad_modes_record_a_graph_only_with_grad_enabled() -> None:
     import torch
-    from detach_parity.torch_impl import bench as torch_bench
+    from detach_parity.torch_impl.backend import bench as torch_bench
 
     steps = torch_bench.freezing_steps(bench.fixture("frozen_backbone", QUICK["freezing"]))
     out = {name: steps[name]() for name in ("forward_grad", "forward_no_grad", "forward_inference_mode")}
@@ -394,8 +394,8 @@ def test_torch_grad_modes_record_a_graph_only_with_grad_enabled() -> None:
 
 
 def test_freezing_steps_start_from_the_oracle_loss_in_both_frameworks() -> None:
-    from detach_parity.jax_impl import bench as jax_bench
-    from detach_parity.torch_impl import bench as torch_bench
+    from detach_parity.jax_impl.backend import bench as jax_bench
+    from detach_parity.torch_impl.backend import bench as torch_bench
 
     fx = bench.fixture("frozen_backbone", QUICK["freezing"])
     a = fx.float64()
@@ -411,8 +411,8 @@ def test_freezing_steps_start_from_the_oracle_loss_in_both_frameworks() -> None:
 
 @pytest.mark.parametrize("form", ["windows", "one_backward"])
 def test_tbptt_steps_return_the_same_loss_without_a_graph(form: str) -> None:
-    from detach_parity.jax_impl import bench as jax_bench
-    from detach_parity.torch_impl import bench as torch_bench
+    from detach_parity.jax_impl.backend import bench as jax_bench
+    from detach_parity.torch_impl.backend import bench as torch_bench
 
     fx = bench.fixture("tbptt", {**{k: QUICK["tbptt"][k] for k in "BIHO"}, "T": 8, "G": 3 * QUICK["tbptt"]["H"]})
     t_step, t_peak = torch_bench.tbptt_step(fx, form, 4)
@@ -651,20 +651,29 @@ class _Fake:
     def __init__(self, losses: dict[str, float], broken: tuple[str, ...] = ()) -> None:
         self.losses, self.broken = losses, broken
 
-    def impl(self, framework: str, module: str):
+    def lesson(self, framework: str, scenario: str):
         fake = self
 
-        class Module:
+        class Lesson:
             @staticmethod
             def make_step(fx, variant):
                 return fake._step(framework)
 
+        return Lesson
+
+    def backend(self, framework: str):
+        fake = self
+
+        class Bench:
             @staticmethod
             def tuned_steps(fx, variant):
                 cols = ("torch_compile",) if framework == "torch" else ("jax_cached", "jax_split")
                 return {c: (fake._step(c), lambda: {"fact": 1}) for c in cols}
 
-        return Module
+        class Backend:
+            bench = Bench
+
+        return Backend
 
     def _step(self, col: str):
         def step():
@@ -679,7 +688,8 @@ def test_a_tuned_step_that_fails_or_disagrees_is_a_reason_never_a_crash(monkeypa
     fake = _Fake(
         {"torch": 1.0, "jax": 1.0, "torch_compile": 1.0, "jax_cached": 1.5, "jax_split": 1.0}, ("torch_compile",)
     )
-    monkeypatch.setattr(bench_steps, "impl", fake.impl)
+    monkeypatch.setattr(bench_steps, "lesson", fake.lesson)
+    monkeypatch.setattr(bench_steps, "backend", fake.backend)
     fx = fixtures.make("basics", "float32")
     row = bench_steps.step_row(fx, "z_stopped", repeats=2, target_s=0.0, deadline=float("inf"))
     assert set(row["unavailable"]) == {"torch_compile", "jax_cached"}
@@ -698,13 +708,13 @@ def test_a_tuned_step_that_fails_or_disagrees_is_a_reason_never_a_crash(monkeypa
 @pytest.mark.parametrize("name", ["dqn_target", "attention_detach", "gan", "no_grad_inference"])
 def test_jax_tuned_steps_take_the_same_steps_as_make_step(name: str) -> None:
     """cached_partial and jit over nnx.split: the same losses, call after call (so the state advances the same way)."""
-    from detach_parity.jax_impl import bench as jax_bench
+    from detach_parity.jax_impl.backend import bench as jax_bench
     from detach_parity.shared.core.registry import get
-    from detach_parity.shared.core.runner import impl
+    from detach_parity.shared.core.runner import lesson
 
     spec = get(name)
     fx = fixtures.make(name, "float32", case=spec.cases[0])
-    plain = impl("jax", name).make_step(fx, spec.variants[0])
+    plain = lesson("jax", name).make_step(fx, spec.variants[0])
     tuned = jax_bench.tuned_steps(fx, spec.variants[0])
     expect = [float(plain()) for _ in range(2)]
     for col in ("jax_cached", "jax_split"):

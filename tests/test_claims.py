@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from detach_parity.shared.apps import claims, cli
+from detach_parity.shared.apps.backends import backend
 from detach_parity.shared.apps.claims import CLAIMS, THEMES, Theme
 from detach_parity.shared.apps.claims import cli as claims_cli
-from detach_parity.shared.core.runner import impl
 from detach_parity.shared.core.toys import check_evidence
 from rich.console import Console
 
@@ -31,7 +31,7 @@ IDS = list(CLAIMS)
 FIRST = IDS[0]
 # The pairs by name: `detach-parity selfcheck` finds the tests that cover an implementation
 # module by its name in a test file (shared/apps/selfcheck.py, covering_tests); a test keeps this current.
-PAIRS = ("claims_aliasing", "claims_evidence", "claims_freezing", "claims_losses", "claims_modes", "claims_recurrence")
+PAIRS = ("aliasing", "evidence", "freezing", "losses", "modes", "recurrence")  # backend/claims/<pair>.py
 claims_group = pytest.mark.xdist_group("claims")  # one worker runs every check once (the cache below)
 
 
@@ -88,7 +88,7 @@ def test_a_changed_fact_of_either_framework_fails_the_verifier(claim_id: str) ->
 
 
 def test_unreadable_evidence_and_a_verifier_without_facts_reproduce_nothing() -> None:
-    theme = Theme(module="claims_aliasing", title="probe")
+    theme = Theme(module="aliasing", title="probe")
     fields = {"article": "A1", "section": "§1", "claim": "c", "verdict": "wrong", "right": "r", "scenario": None}
     theme.claim(id="C97", **fields)(lambda t, j, f: f.need(t["x"] + j["y"] > 0, "x + y > 0"))
     theme.claim(id="C98", **fields)(lambda t, j, f: None)
@@ -104,22 +104,24 @@ def test_records_validate_and_name_their_pairs() -> None:
     assert claims.validate() == []
     assert IDS == sorted(IDS) and len(set(IDS)) == len(IDS)
     assert [c.id for t in THEMES for c in t.claims] and {c.id for t in THEMES for c in t.claims} == set(IDS)
-    on_disk = {p.stem for fw in ("torch", "jax") for p in (ROOT / f"{fw}_impl").glob("claims*.py")}
-    assert on_disk == set(PAIRS) == {t.module for t in THEMES} | {"claims_evidence"}
+    on_disk = {
+        p.stem for fw in ("torch", "jax") for p in (ROOT / f"{fw}_impl" / "backend" / "claims").glob("[a-z]*.py")
+    }
+    assert on_disk == set(PAIRS) == {t.module for t in THEMES} | {"evidence"}
 
 
 def test_validate_reports_each_kind_of_problem() -> None:
     fields = {"article": "A1", "section": "§1", "claim": "c", "verdict": "wrong", "right": "r"}
-    stray = Theme(module="claims_modes", title="a theme whose pair lacks its checks")
+    stray = Theme(module="modes", title="a theme whose pair lacks its checks")
     stray.claim(id=FIRST, scenario="no_such_scenario", **fields)(lambda t, j, f: None)
-    nowhere = Theme(module="claims_nowhere", title="a theme without a pair")
+    nowhere = Theme(module="nowhere", title="a theme without a pair")
     nowhere.claim(id="C98", scenario=None, **fields)(lambda t, j, f: None)
     problems = claims.validate([*THEMES, stray, nowhere])
     expected = [
         f"claim id {FIRST} is recorded twice",
         f"{FIRST}: scenario expected a registered scenario, got 'no_such_scenario'",
-        "claims_nowhere: torch_impl.claims_nowhere: module not found",
-        "jax_impl/claims_modes.py: __all__ expected [",
+        "nowhere: torch_impl.backend.claims.nowhere: module not found",
+        "jax_impl/backend/claims/modes.py: __all__ expected [",
     ]
     for text in expected:
         assert any(text in p for p in problems), f"{text!r} not in {problems}"
@@ -134,13 +136,13 @@ def test_validate_reports_each_kind_of_problem() -> None:
         ("verdict", "maybe", "verdict expected one of"),
         ("article", "A9", "article expected one of"),
         ("claim", " ", "claim expected a non-empty text"),
-        ("module", "aliasing", "module expected a name 'claims_<theme>'"),
+        ("module", "_aliasing", "module expected a theme's module name"),
         ("verifier", None, "verifier expected a callable"),
     ],
 )
 def test_claim_record_rejects_bad_fields(field: str, value, message: str) -> None:
     good = {"id": "C98", "article": "A1", "section": "§1", "claim": "c", "verdict": "wrong", "right": "r"}
-    good |= {"scenario": None, "module": "claims_aliasing", "verifier": lambda t, j, f: None}
+    good |= {"scenario": None, "module": "aliasing", "verifier": lambda t, j, f: None}
     with pytest.raises(ValueError, match=message):
         claims.Claim(**{**good, field: value})
 
@@ -160,7 +162,7 @@ def test_evidence_must_be_plain_json_data() -> None:
     for evidence, message in bad:
         with pytest.raises(TypeError, match=r"check_x: .*" + re.escape(message)):
             check_evidence("check_x", evidence)
-    leaky = impl("torch", "claims_evidence").evidence(lambda: {"grad": impl("torch", "claims_evidence").array([1.0])})
+    leaky = backend("torch").claims.evidence.evidence(lambda: {"grad": backend("torch").claims.evidence.array([1.0])})
     with pytest.raises(TypeError, match=r"evidence\['grad'\] is a torch.Tensor"):
         leaky()
 
@@ -169,7 +171,7 @@ def test_checks_leave_the_frameworks_global_settings_as_they_were() -> None:
     import jax
     import torch
 
-    freezing = impl("torch", "claims_freezing")
+    freezing = backend("torch").claims.THEMES["freezing"]
     with torch.random.fork_rng():  # the test itself leaves the generator as it was
         before = torch.random.get_rng_state()
         freezing.check_c07.__wrapped__()  # undecorated, this check's nn.Linear draws from the global generator
@@ -178,7 +180,7 @@ def test_checks_leave_the_frameworks_global_settings_as_they_were() -> None:
     before = torch.random.get_rng_state()
     freezing.check_c07()
     assert torch.equal(before, torch.random.get_rng_state())
-    probe = impl("jax", "claims_evidence").evidence(lambda: {"x64": bool(jax.config.read("jax_enable_x64"))})
+    probe = backend("jax").claims.evidence.evidence(lambda: {"x64": bool(jax.config.read("jax_enable_x64"))})
     assert jax.config.read("jax_enable_x64") is False
     assert probe() == {"x64": True} and jax.config.read("jax_enable_x64") is False
 
@@ -206,10 +208,10 @@ def _args(*argv: str) -> argparse.Namespace:
 
 def test_cli_exit_1_when_a_fact_changes_with_a_real_mark(monkeypatch, tmp_path, capsys) -> None:
     c = CLAIMS[FIRST]
-    checks = impl("torch", c.module)
-    real = getattr(checks, c.check)()
-    key = _failing_keys(c, real, getattr(impl("jax", c.module), c.check)(), "torch")[0]
-    monkeypatch.setattr(checks, c.check, lambda: {**real, key: _changed(real[key])})
+    checks = backend("torch").claims.CHECKS
+    real = checks[c.check]()
+    key = _failing_keys(c, real, backend("jax").claims.CHECKS[c.check](), "torch")[0]
+    monkeypatch.setitem(checks, c.check, lambda: {**real, key: _changed(real[key])})
     path = tmp_path / "c.json"
     assert cli.main(["claims", FIRST, "--quiet", "--json", str(path)]) == 1
     out = capsys.readouterr().out
@@ -225,7 +227,7 @@ def test_cli_exit_1_when_a_check_raises(monkeypatch, tmp_path) -> None:
     def broken() -> dict:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(impl("jax", c.module), c.check, broken)
+    monkeypatch.setitem(backend("jax").claims.CHECKS, c.check, broken)
     path = tmp_path / "c.json"
     assert cli.main(["claims", FIRST.lower(), FIRST, "--quiet", "--json", str(path)]) == 1
     entries = json.loads(path.read_text(encoding="utf-8"))["claims"]

@@ -7,9 +7,11 @@ import jax
 import numpy as np
 import pytest
 from conftest import case_result
+from detach_parity.jax_impl import _distributed as jax_distributed
 from detach_parity.shared.core import fixtures
 from detach_parity.shared.core.parity import compare, tolerance_for
-from detach_parity.shared.core.runner import impl, oracle_outputs
+from detach_parity.shared.core.runner import lesson, oracle_outputs
+from detach_parity.torch_impl import _distributed as torch_distributed
 
 NAME = "dp_allreduce_mean"
 
@@ -26,7 +28,7 @@ def test_equal_shards_and_the_global_masked_mean_give_the_full_batch_gradient() 
         r = case_result(NAME, variant, "float64", "random")
         for framework in ("torch", "jax"):
             with jax.enable_x64(True):  # one device, in this process: the full batch
-                full = impl(framework, NAME).full_batch_grads(fx, variant)
+                full = lesson(framework, NAME).full_batch_grads(fx, variant)
             for key, g in full.items():
                 np.testing.assert_allclose(r.outputs[framework][f"grads/{key}"], g, rtol=1e-12, atol=1e-14)
     r = case_result(NAME, "masked_mean_of_means", "float64", "random")
@@ -44,7 +46,7 @@ def test_pmean_after_grad_is_exactly_world_times_ddps_gradient() -> None:
 
 
 def test_a_real_two_process_jax_run_matches_the_forced_devices() -> None:
-    dist = impl("jax", "_distributed")
+    dist = jax_distributed
     fx = fixtures.make(NAME, "float64", seed=0)
     ranks = dist.ranks("processes")  # two processes, jax.distributed.initialize on 127.0.0.1, gloo collectives
     try:
@@ -64,7 +66,7 @@ def test_a_real_two_process_jax_run_matches_the_forced_devices() -> None:
 
 def test_the_torch_side_runs_on_two_gloo_processes() -> None:
     case_result(NAME, "equal_shards", "float64", "random")  # the ranks are up
-    ranks = impl("torch", "_distributed").ranks()
+    ranks = torch_distributed.ranks()
     assert len(set(ranks.pids)) == 2 and ranks.alive and ranks.port
 
 
@@ -86,4 +88,4 @@ def test_bad_input_is_refused_with_the_field_named(monkeypatch) -> None:
     with pytest.raises(
         ValueError, match=r"DETACH_PARITY_JAX_RANKS: expected one of \['processes', 'devices'\], got 'threads'"
     ):
-        impl("jax", NAME).run(fixtures.make(NAME, "float64"), "equal_shards")
+        lesson("jax", NAME).run(fixtures.make(NAME, "float64"), "equal_shards")

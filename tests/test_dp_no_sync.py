@@ -10,7 +10,7 @@ import optax
 import pytest
 from conftest import case_result
 from detach_parity.shared.core import fixtures
-from detach_parity.shared.core.runner import impl
+from detach_parity.shared.core.runner import lesson
 
 NAME = "dp_no_sync"
 
@@ -25,7 +25,7 @@ def test_no_sync_takes_the_step_of_syncing_every_micro_batch() -> None:
         for key in moved:
             np.testing.assert_allclose(a.outputs[framework][key], b.outputs[framework][key], rtol=1e-12, atol=1e-15)
         with jax.enable_x64(True):  # one device, in this process: the step on the full batch
-            full = impl(framework, NAME).full_batch_grads(fx)
+            full = lesson(framework, NAME).full_batch_grads(fx)
         for key, g in full.items():
             np.testing.assert_allclose(
                 a.outputs[framework][f"moved/{key}"], -fx.scalar("lr") * g, rtol=1e-11, atol=1e-15
@@ -45,7 +45,7 @@ def test_the_step_on_the_first_micro_batch_leaves_an_unsynchronised_gradient() -
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_is_step_the_last_micro_batch_or_the_off_by_one_first(framework: str) -> None:
-    is_step = impl(framework, NAME).is_step
+    is_step = lesson(framework, NAME).is_step
     assert [is_step(i, 3, "no_sync") for i in range(6)] == [False, False, True] * 2
     assert [is_step(i, 3, "step_on_first_micro_batch") for i in range(6)] == [True, False, False] * 2
     with pytest.raises(ValueError, match="variant expected one of"):

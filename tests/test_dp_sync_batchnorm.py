@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 from conftest import case_result
 from detach_parity.shared.core import fixtures
-from detach_parity.shared.core.runner import impl
+from detach_parity.shared.core.runner import lesson
 from flax import nnx
 
 NAME = "dp_sync_batchnorm"
@@ -27,7 +27,7 @@ def test_synchronised_statistics_are_the_full_batch_and_per_device_ones_are_not(
     fx = fixtures.make(NAME, "float64")
     for framework in ("torch", "jax"):
         with jax.enable_x64(True):  # one device, in this process: plain BatchNorm over all B rows
-            full = impl(framework, NAME).full_batch_grads(fx)
+            full = lesson(framework, NAME).full_batch_grads(fx)
         for key, g in full.items():
             np.testing.assert_allclose(sync.outputs[framework][f"grads/{key}"], g, rtol=1e-11, atol=1e-14)
         assert _max(local.outputs[framework], "gap/") > 1e-3

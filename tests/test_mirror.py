@@ -34,15 +34,36 @@ ONE_SIDED_NAMES = {
     ("_common", "jax", "params_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "grads_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
 }
+# a worked port is two halves of one example, not twins: the torch reference (its sizes, its batch)
+# and its NNX port, whose porting bugs are variants of the port and need their own helpers
+for _port, _own in (
+    (
+        "cnn",
+        {
+            "TorchBatchNorm": "torch's BatchNorm statistics, written in NNX for a variant",
+            "load_torch": "the loader of the variant whose layout differs",
+        },
+    ),
+    ("gru", {"TorchGRUCell": "torch's GRU cell (b_hn inside r ⊙ ·) in NNX: what a correct port needs"}),
+    ("transformer", {"attention": "the port's attention core, shared by its variants"}),
+):
+    ONE_SIDED_NAMES[(f"backend.ports.{_port}", "torch", "SIZES")] = "the reference's sizes: the port is built from them"
+    ONE_SIDED_NAMES[(f"backend.ports.{_port}", "torch", "batch")] = (
+        "the batch is the reference's: both models run on it"
+    )
+    ONE_SIDED_NAMES[(f"backend.ports.{_port}", "jax", "VARIANTS")] = "the porting bugs are variants of the port"
+    for _name, _why in _own.items():
+        ONE_SIDED_NAMES[(f"backend.ports.{_port}", "jax", _name)] = _why
 
 # pairs whose GRAD-FLOW tags may differ: module -> reason (scenario pairs never: their tags are the lesson)
 TAGS_DIFFER = {
-    "bench": "torch's grad modes (no_grad, inference_mode) are measured on the torch side only",
-    "claims_aliasing": "torch's in-place aliases, clone and grad mode (C01, C20, C21) have no JAX counterpart; JAX's .at[].set copy (C21) none in torch",
-    "claims_freezing": "torch's requires_grad_(False), detach_() and no_grad (C05, C06, C07, C16) have no JAX flag or mode; JAX freezes C07 by a zero gradient",
-    "claims_losses": "torch's no_grad / detach for acting (C17) has no JAX counterpart (nothing is recorded outside jax.grad)",
-    "claims_modes": "torch's inference_mode and no_grad (C09, C19) have no JAX counterpart (no grad mode)",
-    "claims_recurrence": "torch's backward per chunk (C11) has no JAX counterpart (one jax.grad over the scan)",
+    "backend.ports.gru": "the port's variant embed_stop_gradient is the bug: a stop_gradient where torch freezes the table",
+    "backend.bench": "torch's grad modes (no_grad, inference_mode) are measured on the torch side only",
+    "backend.claims.aliasing": "torch's in-place aliases, clone and grad mode (C01, C20, C21) have no JAX counterpart; JAX's .at[].set copy (C21) none in torch",
+    "backend.claims.freezing": "torch's requires_grad_(False), detach_() and no_grad (C05, C06, C07, C16) have no JAX flag or mode; JAX freezes C07 by a zero gradient",
+    "backend.claims.losses": "torch's no_grad / detach for acting (C17) has no JAX counterpart (nothing is recorded outside jax.grad)",
+    "backend.claims.modes": "torch's inference_mode and no_grad (C09, C19) have no JAX counterpart (no grad mode)",
+    "backend.claims.recurrence": "torch's backward per chunk (C11) has no JAX counterpart (one jax.grad over the scan)",
 }
 
 
@@ -64,7 +85,17 @@ def _facts(path: Path) -> dict:
 
 
 def _modules(framework: str) -> set[str]:
-    return {p.stem for p in (ROOT / f"{framework}_impl").glob("*.py") if p.name != "__init__.py"}
+    """Every module of a framework's folder, lessons and backend alike, dotted ("dqn_target", "backend.port")."""
+    base = ROOT / f"{framework}_impl"
+    return {
+        ".".join(p.relative_to(base).with_suffix("").parts)
+        for p in base.rglob("*.py")
+        if "__pycache__" not in p.parts and p.name != "__init__.py"
+    }
+
+
+def _file(framework: str, module: str) -> str:
+    return f"{framework}_impl/{module.replace('.', '/')}.py"
 
 
 def _pairs() -> list[str]:
@@ -73,9 +104,7 @@ def _pairs() -> list[str]:
 
 def test_every_module_has_its_twin_or_a_stated_reason() -> None:
     unpaired = {
-        f"{fw}_impl/{m}.py"
-        for fw, other in (("torch", "jax"), ("jax", "torch"))
-        for m in _modules(fw) - _modules(other)
+        _file(fw, m) for fw, other in (("torch", "jax"), ("jax", "torch")) for m in _modules(fw) - _modules(other)
     }
     assert unpaired == set(ONE_SIDED), (
         f"modules without a twin: {sorted(unpaired - set(ONE_SIDED))}; listed but paired: {sorted(set(ONE_SIDED) - unpaired)}"
@@ -86,7 +115,7 @@ def test_every_module_has_its_twin_or_a_stated_reason() -> None:
 def test_one_sided_names_are_still_one_sided() -> None:
     for (module, framework, name), reason in ONE_SIDED_NAMES.items():
         other = "jax" if framework == "torch" else "torch"
-        facts = {fw: _facts(ROOT / f"{fw}_impl" / f"{module}.py") for fw in ("torch", "jax")}
+        facts = {fw: _facts(ROOT / _file(fw, module)) for fw in ("torch", "jax")}
         assert name in facts[framework]["all"] and name not in facts[other]["all"], f"{module}.{name}: {reason}"
 
 
@@ -98,11 +127,13 @@ def test_pair_mirrors(module: str) -> None:
     j_all = [n for n in j["all"] if n not in allowed["jax"]]
     assert t["all"] and t_all == j_all, f"{module}: __all__ differs: torch {t['all']} vs jax {j['all']}"
     for side, facts in (("torch", t), ("jax", j)):
-        order = [d for d in facts["defined"] if d in facts["all"]]
-        assert order == facts["all"], f"{side}_impl/{module}.py: public names must be defined in __all__ order"
-        missing = [n for n in facts["all"] if not facts["docs"].get(n)]
-        assert not missing, f"{side}_impl/{module}.py: docstring missing on {missing}"
-        assert facts["doc"], f"{side}_impl/{module}.py: module docstring missing"
+        order = [d for d in facts["defined"] if d in facts["all"]]  # functions and classes (constants are not defs)
+        assert order == [n for n in facts["all"] if n in facts["defined"]], (
+            f"{_file(side, module)}: public names must be defined in __all__ order"
+        )
+        missing = [n for n in facts["all"] if n in facts["defined"] and not facts["docs"].get(n)]
+        assert not missing, f"{_file(side, module)}: docstring missing on {missing}"
+        assert facts["doc"], f"{_file(side, module)}: module docstring missing"
     # same tags with the same reasons on both sides (order may differ where an idiom moves a line)
     if module in TAGS_DIFFER:
         assert module not in SCENARIOS and t["tags"] != j["tags"], f"{module}: {TAGS_DIFFER[module]} (no longer true?)"

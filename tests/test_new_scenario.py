@@ -187,10 +187,10 @@ report["registered"] = "{NAME}" in registry.names("scenarios")
 
 from detach_parity.shared.apps import bench, site
 from detach_parity.shared.core.fixtures import make
-from detach_parity.shared.core.runner import impl
+from detach_parity.shared.core.runner import lesson
 
 fx = make("{NAME}", "float32")
-steps = [impl(fw, "{NAME}").make_step(fx, "stopped") for fw in ("torch", "jax")]
+steps = [lesson(fw, "{NAME}").make_step(fx, "stopped") for fw in ("torch", "jax")]
 report["bench_steps"] = "{NAME}" in bench.scenario_names() and all(float(s()) == float(s()) for s in steps)
 
 with tempfile.TemporaryDirectory() as out:

@@ -16,7 +16,7 @@ import pytest
 import torch
 from conftest import assert_same_to_rounding, case_result
 from detach_parity.shared.core import fixtures
-from detach_parity.shared.core.runner import impl, oracle_outputs, run_case
+from detach_parity.shared.core.runner import lesson, oracle_outputs, run_case
 from flax import nnx
 
 P01_P08 = (
@@ -204,7 +204,7 @@ def _constant(name: str, field: str) -> fixtures.Fixture:
 def test_normalisation_of_a_constant_input_has_finite_gradients(name: str, field: str) -> None:
     """Issue 14 item 7: every sqrt the ports differentiate, at zero variance: eps keeps it finite, as in torch."""
     fx = _constant(name, field)
-    t, j = impl("torch", name).run(fx, "ported"), impl("jax", name).run(fx, "ported")
+    t, j = lesson("torch", name).run(fx, "ported"), lesson("jax", name).run(fx, "ported")
     for key, value in t.items():
         assert np.all(np.isfinite(j[key])), key
         np.testing.assert_allclose(j[key], value, rtol=1e-10, atol=1e-12, err_msg=key)
@@ -256,15 +256,15 @@ def test_p07_non_square_layer_fails_loudly() -> None:
         "state_dict/bias": rng.normal(size=4),
     }
     fx = fixtures.from_arrays("p07_linear_layout", arrays)
-    assert set(impl("torch", "p07_linear_layout").run(fx, "naive")) == {"loss", "pred", "grads/kernel", "grads/bias"}
-    assert impl("jax", "p07_linear_layout").run(fx, "ported")["grads/kernel"].shape == (3, 4)
+    assert set(lesson("torch", "p07_linear_layout").run(fx, "naive")) == {"loss", "pred", "grads/kernel", "grads/bias"}
+    assert lesson("jax", "p07_linear_layout").run(fx, "ported")["grads/kernel"].shape == (3, 4)
     with pytest.raises(ValueError, match="'kernel' expected shape"):
-        impl("jax", "p07_linear_layout").run(fx, "naive")
+        lesson("jax", "p07_linear_layout").run(fx, "naive")
 
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_p07_mse_refuses_broadcasting(framework: str) -> None:
-    mod = impl(framework, "p07_linear_layout")
+    mod = lesson(framework, "p07_linear_layout")
     make = torch.zeros if framework == "torch" else jnp.zeros
     with pytest.raises(ValueError, match=r"mse: pred has shape \(4, 1\) but target has shape \(4,\)"):
         mod.mse(make((4, 1)), make((4,)))
@@ -294,8 +294,8 @@ def test_p08_hidden_states_differ_with_b_hn(dtype: str) -> None:
 
 def test_p08_naive_fold_is_exact_when_b_hn_is_zero() -> None:
     fx = fixtures.from_arrays("p08_gru_bias", _p08_arrays(b_hn=(0.0, 0.0)))
-    t = impl("torch", "p08_gru_bias").run(fx, "naive")
-    j = impl("jax", "p08_gru_bias").run(fx, "naive")
+    t = lesson("torch", "p08_gru_bias").run(fx, "naive")
+    j = lesson("jax", "p08_gru_bias").run(fx, "naive")
     want = oracle_outputs(fx.spec, fx, "ported")  # the right GRU, b_hn = 0
     for key in t:
         np.testing.assert_allclose(t[key], want[key], rtol=1e-9, atol=1e-12)
@@ -306,4 +306,4 @@ def test_p08_naive_fold_is_exact_when_b_hn_is_zero() -> None:
 def test_p08_gate_rows_must_be_3h(framework: str) -> None:
     fx = fixtures.from_arrays("p08_gru_bias", _p08_arrays(rows=5))
     with pytest.raises(ValueError, match=r"G expected 3H = 6, got 5"):
-        impl(framework, "p08_gru_bias").run(fx, "ported")
+        lesson(framework, "p08_gru_bias").run(fx, "ported")

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 import torch
+from detach_parity.shared.apps.backends import backend
 from detach_parity.shared.apps.check import (
     TOLERANCE,
     PortInputError,
@@ -18,7 +19,6 @@ from detach_parity.shared.apps.check import (
     transfer_weights,
 )
 from detach_parity.shared.apps.check.ports import IN_STEPS, WORKED, case, check_worked, variants
-from detach_parity.shared.core.runner import impl
 from flax import nnx
 from torch import nn
 
@@ -85,7 +85,7 @@ def test_each_buggy_port_is_named(name: str, variant: str, pitfall: str) -> None
 def test_every_knob_names_a_pitfall_with_a_page() -> None:
     from detach_parity.shared.apps.check.diagnose import KNOB_PITFALL, page
 
-    knobs = {**impl("torch", "port_run").knobs(), **impl("jax", "port_run").knobs()}
+    knobs = {**backend("torch").port_run.knobs(), **backend("jax").port_run.knobs()}
     assert {"gelu_tanh", "norm_eps", "bn_momentum", "mask_inverted", "adam_swapped", "attention_full_precision"} <= set(
         knobs
     )
@@ -100,8 +100,8 @@ def _snapshot(torch_model: nn.Module, jax_model: nnx.Module) -> dict:
         "grads": [p.grad for p in torch_model.parameters()],
         "training": [m.training for m in torch_model.modules()],
         "requires_grad": [p.requires_grad for p in torch_model.parameters()],
-        "jax": impl("jax", "port").native(jax_model),
-        "dtypes": {k: str(v.dtype) for k, v in impl("jax", "port").native(jax_model).items()},
+        "jax": backend("jax").port.native(jax_model),
+        "dtypes": {k: str(v.dtype) for k, v in backend("jax").port.native(jax_model).items()},
     }
 
 

@@ -16,8 +16,8 @@ SNIPPET = README.split("## Check your own port", 1)[1].split("```python\n", 1)[1
 
 # FILE.py for the CLI: the names the README documents
 PORT_FILE = """
-from detach_parity.torch_impl.ports import cnn as torch_cnn
-from detach_parity.jax_impl.ports import cnn as jax_cnn
+from detach_parity.torch_impl.backend.ports import cnn as torch_cnn
+from detach_parity.jax_impl.backend.ports import cnn as jax_cnn
 
 torch_model = torch_cnn.build()
 jax_model = jax_cnn.build({variant!r}, **torch_cnn.SIZES["small"])

@@ -1,6 +1,6 @@
 """The port checker's layout rules, every one both ways: torch weights into an NNX twin give the same
 function (float64, 1e-12), NNX weights back into torch give the same function, the round trips are exact,
-and whatever no rule pairs is an error that names it (torch_impl/_layout.py, jax_impl/port.py)."""
+and whatever no rule pairs is an error that names it (torch_impl/_layout.py, jax_impl/backend/port.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from detach_parity.jax_impl.ports.gru import TorchGRUCell
-from detach_parity.jax_impl.ports.transformer import attention
+from detach_parity.jax_impl.backend.ports.gru import TorchGRUCell
+from detach_parity.jax_impl.backend.ports.transformer import attention
+from detach_parity.shared.apps.backends import backend
 from detach_parity.shared.apps.check import PortInputError, transfer_back, transfer_weights
-from detach_parity.shared.core.runner import impl
 from flax import nnx
 from torch import nn
 
@@ -204,7 +204,7 @@ def _jax_out(case, module) -> np.ndarray:
 
 def _nnx64(factory) -> JWrap:
     """An NNX twin in float64 throughout: nnx.BatchNorm keeps its statistics in float32 whatever param_dtype says."""
-    return impl("jax", "port").copy_model(JWrap(factory()), "float64")
+    return backend("jax").port.copy_model(JWrap(factory()), "float64")
 
 
 def _randomize(module: nn.Module) -> nn.Module:
@@ -237,7 +237,7 @@ def test_rule_both_directions_and_round_trip(name: str) -> None:
         # round trip NNX -> torch -> NNX: exact
         again = _nnx64(case[1])
         transfer_weights(fresh_t, again)
-        first, second = impl("jax", "port").native(jax_model), impl("jax", "port").native(again)
+        first, second = backend("jax").port.native(jax_model), backend("jax").port.native(again)
         assert first.keys() == second.keys()
         for key in first:
             np.testing.assert_array_equal(second[key], first[key], err_msg=key)  # exact: one model read twice
@@ -357,4 +357,4 @@ def test_a_configuration_no_rule_explains_is_named() -> None:
     ):
         transfer_weights(Bi(), JWrap(nnx.RNN(nnx.LSTMCell(3, 4, rngs=nnx.Rngs(0)))))
     with pytest.raises(ValueError, match="groups expected 1"):
-        impl("torch", "port").structure(TWrap(nn.ConvTranspose2d(4, 4, 3, groups=2)))
+        backend("torch").port.structure(TWrap(nn.ConvTranspose2d(4, 4, 3, groups=2)))

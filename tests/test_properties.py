@@ -134,7 +134,7 @@ def test_a_different_naive_answer_fails(name: str, variant: str, monkeypatch: py
     assert stored.verdict == "DIFFERS (expected)", "\n".join(stored.problems())
     for globs in (None, spec.diverges[variant]):
         replay = {"torch": _Replay(stored.outputs["torch"], None), "jax": _Replay(stored.outputs["jax"], globs)}
-        monkeypatch.setattr(runner, "impl", lambda framework, module, replay=replay: replay[framework])
+        monkeypatch.setattr(runner, "lesson", lambda framework, module, replay=replay: replay[framework])
         r = runner.run_case(name, variant, dtype, case=case)
         if globs is None:  # the replay itself changes nothing
             assert r.verdict == "DIFFERS (expected)", "\n".join(r.problems())

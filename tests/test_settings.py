@@ -51,12 +51,12 @@ import detach_parity.jax_impl, detach_parity.torch_impl  # noqa: E401,F401
 after_import = settings()
 
 from detach_parity.shared.core import fixtures
-from detach_parity.shared.core.runner import impl, run_case
+from detach_parity.shared.core.runner import lesson, run_case
 results = [run_case("basics", "z_stopped", dtype) for dtype in ("float32", "float64")]
 fx = fixtures.make("basics", "float32")
 losses = {}
 for fw in ("torch", "jax"):
-    step = impl(fw, "basics").make_step(fx, "z_stopped")
+    step = lesson(fw, "basics").make_step(fx, "z_stopped")
     losses[fw] = [float(step()), float(step())]
 print(json.dumps({"before": before, "after_import": after_import, "after": settings(),
                   "ok": [r.ok for r in results], "losses": losses}))

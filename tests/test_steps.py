@@ -13,7 +13,7 @@ import pytest
 from detach_parity.shared.core.fixtures import make
 from detach_parity.shared.core.parity import tolerance_for
 from detach_parity.shared.core.registry import SCENARIOS, get
-from detach_parity.shared.core.runner import impl, oracle_outputs
+from detach_parity.shared.core.runner import lesson, oracle_outputs
 
 STEPPED = [name for name, spec in SCENARIOS.items() if spec.has_step]
 RTOL, ATOL = 1e-4, 1e-6
@@ -39,7 +39,7 @@ def test_every_seed_tutorial_scenario_has_a_step() -> None:
 def test_torch_and_jax_steps_agree(name: str) -> None:
     fx, spec = _fixture(name), get(name)
     variant = spec.variants[0]
-    t_step, j_step = impl("torch", name).make_step(fx, variant), impl("jax", name).make_step(fx, variant)
+    t_step, j_step = lesson("torch", name).make_step(fx, variant), lesson("jax", name).make_step(fx, variant)
     rtol, atol = _tolerance(name)
     calls = []
     for call in ("first", "second"):
@@ -65,7 +65,7 @@ def test_torch_and_jax_steps_agree(name: str) -> None:
 
 @pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_make_step_refuses_a_wrong_fixture_or_variant(framework: str) -> None:
-    basics = impl(framework, "basics")
+    basics = lesson(framework, "basics")
     with pytest.raises(ValueError, match="variant expected one of .*got 'no_such_variant'"):
         basics.make_step(_fixture("basics"), "no_such_variant")
     with pytest.raises(

@@ -105,7 +105,7 @@ def rank_gap(values: Mapping[str, torch.Tensor | np.ndarray]) -> dict[str, np.nd
 
 
 def _run(scenario: str, fx: Fixture, variant: str) -> dict:
-    return runner.impl("torch", scenario).run_rank(fx, variant)
+    return runner.lesson("torch", scenario).run_rank(fx, variant)
 
 
 def main() -> None:

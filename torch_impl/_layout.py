@@ -7,7 +7,7 @@ Canonical arrays hold the Flax layouts: dense kernels `[in, out]` (y = x @ W + b
 table maps each torch module type to its canonical leaves: the torch attribute (and the
 rows of it, for attention's packed `in_proj`), the conversion each way, and whether it is
 a buffer. Paths are the module's attribute path with "/" (`backbone/l1/kernel`), so torch
-modules and their NNX twins use the same attribute names; jax_impl/port.py maps these
+modules and their NNX twins use the same attribute names; jax_impl/backend/port.py maps these
 leaves onto NNX modules whose own structure differs (nnx.GRUCell, nnx.LSTMCell).
 A module with a rule owns its subtree (MultiheadAttention's `out_proj` is not a Linear
 of its own). Buffers (running statistics) travel only when asked (`buffers=True`).

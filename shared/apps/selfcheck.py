@@ -33,7 +33,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..core.runner import FRAMEWORKS, impl
+from ..core.runner import FRAMEWORKS
+from .backends import backend
 from .common import (
     EXIT_USAGE,
     UsageError,
@@ -259,17 +260,29 @@ class _Finder(ast.NodeVisitor):
 
 
 def find_sites(root: Path = ROOT) -> list[Site]:
-    """Every mutation site in torch_impl/*.py and jax_impl/*.py, in file and line order."""
+    """Every mutation site in torch_impl/ and jax_impl/ (lessons and backends), in file and line order.
+
+    A site's module is its dotted path below the framework folder: "dqn_target", "backend.claims.freezing".
+    """
     sites: list[Site] = []
     for d in IMPL_DIRS:
-        for path in sorted((root / d).glob("*.py")):
-            if path.name == "__init__.py":
+        for path in sorted((root / d).rglob("*.py")):
+            if path.name == "__init__.py" or "__pycache__" in path.parts:
                 continue
+            rel = path.relative_to(root / d)
             src = path.read_bytes()
-            finder = _Finder(src, f"{d}/{path.name}", path.stem)
+            finder = _Finder(src, f"{d}/{rel.as_posix()}", ".".join(rel.with_suffix("").parts))
             finder.visit(ast.parse(src))
             sites.extend(sorted(finder.sites, key=lambda s: s.start))
     return sites
+
+
+# the tests of a backend's modules: the application each one serves
+BACKEND_TESTS = {
+    "backend.claims": ["tests/test_claims.py"],
+    "backend.bench": ["tests/test_bench.py", "tests/test_steps.py"],
+    "backend.port": ["tests/test_port_layout.py", "tests/test_port_check.py", "tests/test_port_diagnose.py"],
+}
 
 
 def covering_tests(module: str, root: Path = ROOT) -> list[str]:
@@ -278,10 +291,14 @@ def covering_tests(module: str, root: Path = ROOT) -> list[str]:
     A registered scenario: its parity cases, its make_step test when the record has a step,
     plus every test file that names it.
     A private helper (`_common`, `_layout`): the layout tests and one scenario's cases.
+    A backend module: the tests of the application it serves (BACKEND_TESTS; the port's table
+    covers port, port_run and the worked ports).
     """
     from ..core.registry import SCENARIOS
     from .docs import scenario_tests
 
+    if module.startswith("backend."):
+        return next((tests for prefix, tests in BACKEND_TESTS.items() if module.startswith(prefix)), [])
     if module.startswith("_"):
         return ["tests/test_layout.py", "tests/test_parity.py", "-k", "layout or frozen_backbone or basics"]
     files = [f for f in scenario_tests(module, root) if Path(f).name not in GLOBAL_TESTS]
@@ -337,7 +354,7 @@ def _preload() -> None:
     import pytest  # noqa: F401
 
     for framework in FRAMEWORKS:
-        impl(framework, "_common")
+        backend(framework)
 
 
 @dataclass

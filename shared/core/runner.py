@@ -24,13 +24,14 @@ from pathlib import Path
 import numpy as np
 
 from . import fixtures, registry
+from .backend import Lesson
 from .parity import Comparison, check_pattern, compare, tolerance_for
 from .records import Scenario
 
 __all__ = [
     "FRAMEWORKS",
     "CaseResult",
-    "impl",
+    "lesson",
     "source_path",
     "oracle_outputs",
     "naive_outputs",
@@ -45,30 +46,37 @@ _PACKAGE = __package__.rsplit(".", 2)[0]  # detach_parity: the grandparent of sh
 def _module_name(framework: str, module: str) -> str:
     if framework not in FRAMEWORKS:
         raise ValueError(f"framework expected one of {list(FRAMEWORKS)}, got {framework!r}")
-    if not isinstance(module, str) or not module.isidentifier():
+    if not isinstance(module, str) or not all(part.isidentifier() for part in module.split(".")):
         raise ValueError(f"module expected a Python module name, got {module!r}")
     return f"{_PACKAGE}.{framework}_impl.{module}"
 
 
-def impl(framework: str, module: str):
-    """The module `torch_impl.<module>` or `jax_impl.<module>`: the one loader of the implementations.
+def lesson(framework: str, scenario: str) -> Lesson:
+    """The lesson of a registered scenario: `torch_impl/<scenario>.py` or `jax_impl/<scenario>.py`.
 
-    Applications (CLI, bench, claims, site, port checker) reach an implementation only
-    through here; nothing in shared/ imports torch_impl or jax_impl by name.
-    Raises ValueError for an unknown framework or a malformed module name.
+    The one loader of the lessons (the registry names them; `Lesson` in shared/core/backend.py
+    says what they provide). The tools of a framework are not lessons: the applications reach
+    them through shared.apps.backends. Raises ValueError for an unknown framework or scenario.
     """
-    return importlib.import_module(_module_name(framework, module))
+    if scenario not in registry.SCENARIOS:
+        raise ValueError(f"scenario expected a registered scenario, got {scenario!r}")
+    return importlib.import_module(_module_name(framework, scenario))
 
 
 def source_path(framework: str, module: str) -> Path:
-    """The file of `torch_impl/<module>.py` or `jax_impl/<module>.py`, located without importing it.
+    """The file of `torch_impl/<module>.py` or `jax_impl/<module>.py` (dotted: `backend.port`), not imported.
 
+    For the tools that read the sources (show, site, selfcheck, the claims' integrity check).
     Raises ValueError for an unknown framework or module.
     """
-    found = importlib.util.find_spec(_module_name(framework, module))
-    if found is None or found.origin is None:
+    package = importlib.util.find_spec(_module_name(framework, module).rsplit(".", module.count(".") + 1)[0])
+    folders = [Path(p) for p in (package.submodule_search_locations or [])] if package else []
+    # the file itself, found from the framework package's folder: importing a backend's subpackage
+    # to locate one of its files would import the framework
+    found = [f for d in folders for f in (d.joinpath(*module.split(".")).with_suffix(".py"),) if f.is_file()]
+    if not found:
         raise ValueError(f"{framework}_impl.{module}: module not found")
-    return Path(found.origin)
+    return found[0]
 
 
 def _float64(out: dict) -> dict[str, np.ndarray]:
@@ -266,8 +274,8 @@ def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case
     start = time.perf_counter()
     try:
         fx = fixtures.make(spec, dtype, seed=seed, case=case)
-        out_t = impl("torch", spec.name).run(fx, variant)
-        out_j = impl("jax", spec.name).run(fx, variant)
+        out_t = lesson("torch", spec.name).run(fx, variant)
+        out_j = lesson("jax", spec.name).run(fx, variant)
         out_o = oracle_outputs(spec, fx, variant)
         out_n = naive_outputs(spec, fx, variant) if res.diverges else {}
     except Exception as exc:  # reported, never swallowed: the case fails

@@ -20,7 +20,7 @@ The package:
   payload.py    PAYLOAD schema, check_payload, GLOSSARY, noisy / capped timings
   progress.py   the progress bar with the time left
   tables.py     rich tables;  report.py  Markdown (`markdown`, `summary`: docs/bench.md, README)
-The framework code is the pair torch_impl/bench.py / jax_impl/bench.py, reached through
+The framework code is the pair torch_impl/backend/bench.py / jax_impl/backend/bench.py, reached through
 shared.core.runner.impl.
 """
 

@@ -2,14 +2,14 @@
 
 `full_finetune`, `detach_features` and `freeze_params` against the ideal frozen step measured
 in parts (backbone forward + head step), and torch's grad modes for one forward (C09, C17).
-The steps are the pair `torch_impl/bench.py` / `jax_impl/bench.py` (`freezing_steps`).
+The steps are the pair `torch_impl/backend/bench.py` / `jax_impl/backend/bench.py` (`freezing_steps`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...core.runner import impl
+from ..backends import backend
 from .payload import CLAIM_C16, FREEZING_VARIANTS
 from .sizes import fixture
 from .timing import interleaved
@@ -20,7 +20,7 @@ __all__ = ["freezing_section"]
 def freezing_section(dims: Mapping[str, int], repeats: int, target_s: float, deadline: float) -> dict:
     """Time every freezing step of both frameworks, interleaved; returns the `freezing` section."""
     fx = fixture("frozen_backbone", dims)
-    t_steps, j_steps = impl("torch", "bench").freezing_steps(fx), impl("jax", "bench").freezing_steps(fx)
+    t_steps, j_steps = backend("torch").bench.freezing_steps(fx), backend("jax").bench.freezing_steps(fx)
     both = {}
     for label in dict.fromkeys([*t_steps, *j_steps]):  # torch then JAX per label: interleaved
         if label in t_steps:

@@ -2,7 +2,7 @@
 
 torch eager and torch.compile; JAX as the scenario writes it (jax.jit or nnx.jit), through
 nnx.cached_partial, and as one jax.jit of the nnx.split state. The plain steps are each pair's
-`make_step`; the tuned ones are built by the pair `torch_impl/bench.py` / `jax_impl/bench.py`
+`make_step`; the tuned ones are built by the pair `torch_impl/backend/bench.py` / `jax_impl/backend/bench.py`
 (`tuned_steps`). A tuned step that fails on its first call (a compile error), or whose first
 loss is not the plain step's, gets no timing and a reason in `unavailable`: never a crash.
 """
@@ -13,7 +13,8 @@ import time
 from collections.abc import Mapping
 
 from ...core.fixtures import Fixture
-from ...core.runner import impl
+from ...core.runner import lesson
+from ..backends import backend
 from .payload import COLUMNS, TUNED
 from .timing import first_call, interleaved
 
@@ -24,7 +25,7 @@ LOSS_RTOL = 1e-3  # a tuned step's first loss against the plain step's (compiled
 
 def overhead(fx: Fixture, repeats: int, target_s: float, deadline: float) -> dict[str, dict]:
     """The fixed cost of one call: torch eager op, jax.jit, nnx.jit with a model and optimizer, cached_partial."""
-    steps = {**impl("torch", "bench").dispatch_steps(fx), **impl("jax", "bench").dispatch_steps(fx)}
+    steps = {**backend("torch").bench.dispatch_steps(fx), **backend("jax").bench.dispatch_steps(fx)}
     return interleaved(steps, repeats, max(target_s, 1e-3), deadline)
 
 
@@ -45,9 +46,9 @@ def step_row(
     recorded, not raised.
     """
     name = fx.scenario
-    candidates: dict[str, object] = {fw: impl(fw, name).make_step(fx, variant) for fw in ("torch", "jax")}
+    candidates: dict[str, object] = {fw: lesson(fw, name).make_step(fx, variant) for fw in ("torch", "jax")}
     for fw in ("torch", "jax"):
-        tuned = impl(fw, "bench").tuned_steps(fx, variant)
+        tuned = backend(fw).bench.tuned_steps(fx, variant)
         if not tune:  # built (cheap), never called: a reason it has already stands
             why = "not compiled: the time budget (--budget) was spent before this step"
             tuned = {col: t if isinstance(t, str) else why for col, t in tuned.items()}

@@ -2,14 +2,14 @@
 
 A GRU trained for T = 64 ... 1024 with a fixed k and with k = T, a backward per window
 (`windows`) or one backward of the summed loss (`one_backward`); the steps and their memory
-are the pair `torch_impl/bench.py` / `jax_impl/bench.py` (`tbptt_step`).
+are the pair `torch_impl/backend/bench.py` / `jax_impl/backend/bench.py` (`tbptt_step`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from ...core.runner import impl
+from ..backends import backend
 from .sizes import fixture
 from .timing import interleaved, slope
 
@@ -42,7 +42,7 @@ def tbptt_section(
     keep(T, lengths done) is asked before each new sequence length: False drops it and every
     longer one (the time budget is spent); config.T lists the lengths measured.
     """
-    torch_bench, jax_bench = impl("torch", "bench"), impl("jax", "bench")
+    torch_bench, jax_bench = backend("torch").bench, backend("jax").bench
     k_fixed, rows = cfg["k"], []
     dims = {key: cfg[key] for key in ("B", "I", "H", "O")}
     points = tbptt_points(cfg)

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from ...core import registry
 from ...core.fixtures import make
-from ...core.runner import impl
+from ..backends import backend
 from ..check import bench_one_million
 from .freezing import freezing_section
 from .payload import GLOSSARY, capped_timings
@@ -147,7 +147,7 @@ def main(config: Mapping, out_path: str) -> None:
     phases |= {"port_check": 1} if config.get("port_check") else {}
     budget = Budget(max(budget_s, 1e-3), {k: w for k, w in WEIGHTS.items() if phases.get(k)})
     repeats, target_s = config["repeats"], sizes["target_s"]
-    devices = {fw: impl(fw, "bench").configure(config["threads"]) for fw in ("torch", "jax")}
+    devices = {fw: backend(fw).bench.configure(config["threads"]) for fw in ("torch", "jax")}
     payload = {
         "machine": _machine(config, cpus, cpus_available, devices),
         "settings": {

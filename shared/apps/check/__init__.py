@@ -5,14 +5,14 @@
 One implementation under three surfaces: `check_port(...) -> PortReport` (checker.py), the
 pytest helper `assert_port_matches(...)` (fails with the report as its message), and
 `detach-parity check FILE.py` (cli.py). `transfer_weights` / `transfer_back` copy weights
-across by the rule tables (torch_impl/_layout.py, jax_impl/port.py), in place.
+across by the rule tables (torch_impl/_layout.py, jax_impl/backend/port.py), in place.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ...core.runner import impl
+from ..backends import backend
 from .checker import check_port
 from .compare import STEP_TOLERANCE, TOLERANCE
 from .match import PortInputError, plan
@@ -42,7 +42,7 @@ def assert_port_matches(torch_model, jax_model, batch, **kwargs) -> PortReport:
 
 
 def _plan(torch_model, jax_model, mapping):
-    T, J = impl("torch", "port"), impl("jax", "port")
+    T, J = backend("torch").port, backend("jax").port
     try:
         return T, J, plan(T.structure(torch_model), J.structure(jax_model), mapping)
     except ValueError as exc:
@@ -97,7 +97,7 @@ def bench_one_million(steps: int = 5, name: str = "transformer") -> dict:
     from .ports import case
 
     args = case(name, "correct", size="1m")
-    parameters = sum(int(v.size) for v in impl("jax", "port").native(args["jax_model"]).values())
+    parameters = sum(int(v.size) for v in backend("jax").port.native(args["jax_model"]).values())
     cpu = time.process_time()
     model_t, model_j, batch = args.pop("torch_model"), args.pop("jax_model"), args.pop("batch")
     report = check_port(model_t, model_j, batch, steps=steps, **args)

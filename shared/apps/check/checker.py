@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from ...core.runner import impl
+from ..backends import backend
 from . import diagnose, flow
 from .compare import Pass, rows_of
 from .match import Plan, PortInputError, check_mapping, plan
@@ -79,8 +79,8 @@ class _Checker:
         ):
             if fn is not None and not callable(fn):  # an optimizer instance is the usual slip
                 raise PortInputError(f"{name}: expected {what}, got {type(fn).__name__} {fn!r:.60}")
-        self.T, self.J = impl("torch", "port"), impl("jax", "port")  # layouts: read, write, convert
-        self.TR, self.JR = impl("torch", "port_run"), impl("jax", "port_run")  # runs: forward, gradients, steps
+        self.T, self.J = backend("torch").port, backend("jax").port  # layouts: read, write, convert
+        self.TR, self.JR = backend("torch").port_run, backend("jax").port_run  # runs: forward, gradients, steps
         for check, model in ((self.T.check_model, torch_model), (self.J.check_model, jax_model)):
             try:
                 check(model)

@@ -19,7 +19,7 @@ import itertools
 import numpy as np
 
 from ...core import registry
-from ...core.runner import impl
+from ..backends import backend
 from .compare import rows_of
 from .match import translate
 from .report import Hint, Row
@@ -79,7 +79,7 @@ def _knobs(structures, steps: int) -> list[tuple[str, str]]:
         wanted.append(("adam_swapped", "torch"))
     jtypes = {m["type"] for m in structures[1]["modules"]}
     jax_knobs = [
-        k for k in impl("jax", "port_run").knobs() if k != "attention_full_precision" or "MultiHeadAttention" in jtypes
+        k for k in backend("jax").port_run.knobs() if k != "attention_full_precision" or "MultiHeadAttention" in jtypes
     ]
     return wanted + [(k, "jax") for k in jax_knobs]
 
@@ -92,7 +92,7 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
     first = next(r for r in base if not r.ok and r.section != "weights")
     # a JAX-side precision replay costs new compiles: only for a float32-sized difference in float64
     rounding = 1e-9 < first.max_rel < 1e-5
-    described = {**impl("torch", "port_run").knobs(), **impl("jax", "port_run").knobs()}
+    described = {**backend("torch").port_run.knobs(), **backend("jax").port_run.knobs()}
     hints = []
     for knob, side in _knobs(structures, steps):
         if side == "jax" and not rounding:

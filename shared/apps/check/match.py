@@ -1,6 +1,6 @@
 """Which NNX module holds which torch unit: names matched by module structure, or by an explicit mapping.
 
-A torch unit (torch_impl/port.py `structure`) is a ruled module (nn.Linear, nn.GRU ...) or the
+A torch unit (torch_impl/backend/port.py `structure`) is a ruled module (nn.Linear, nn.GRU ...) or the
 bare parameters of a module. Its NNX twin sits at the same attribute path, `.` written `/`
 (`blocks.0.attn` <-> `blocks/0/attn`); nnx.Sequential's `layers/` is skipped, as torch's
 nn.Sequential has no such level. Where the two models name things differently, `mapping`

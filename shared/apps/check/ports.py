@@ -1,4 +1,4 @@
-"""The worked ports: realistic torch models (torch_impl/ports/) and their NNX ports (jax_impl/ports/).
+"""The worked ports: realistic torch models (torch_impl/backend/ports/) and their NNX ports (jax_impl/backend/ports/).
 
 Each has a correct port, which must match to 1e-10 relative in float64, and buggy ports with
 one catalogue bug each (the JAX module's VARIANTS: variant -> pitfall id), whose report must
@@ -7,7 +7,7 @@ name that bug. `case` turns one into check_port's arguments; `check_worked` runs
 
 from __future__ import annotations
 
-from ...core.runner import impl
+from ..backends import backend
 from .checker import check_port
 from .match import PortInputError
 from .report import PortReport
@@ -22,7 +22,7 @@ IN_STEPS = {"bn_momentum", "bn_biased_var", "embed_stop_gradient"}
 def _modules(name: str):
     if name not in WORKED:
         raise PortInputError(f"worked port: expected one of {list(WORKED)}, got {name!r}")
-    return impl("torch", "port").worked_port(name), impl("jax", "port").worked_port(name)
+    return backend("torch").port.worked_port(name), backend("jax").port.worked_port(name)
 
 
 def variants(name: str) -> dict[str, str | None]:
@@ -57,7 +57,7 @@ def case(name: str, variant: str = "correct", size: str = "small", seed: int = 0
     jax_model = J.build(variant, **sizes)
     transfer = not variant.endswith("_layout")
     if not transfer:
-        J.load_torch(jax_model, impl("torch", "port").native(torch_model), variant)
+        J.load_torch(jax_model, backend("torch").port.native(torch_model), variant)
     return {
         "torch_model": torch_model,
         "jax_model": jax_model,

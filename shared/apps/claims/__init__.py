@@ -21,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ...core import registry
-from ...core.runner import FRAMEWORKS, impl, source_path
+from ...core.runner import FRAMEWORKS, source_path
+from ..backends import backend
 from . import aliasing, freezing, losses, modes, recurrence
 from .record import ARTICLES, INPLACE, NO_GRAD_FN, VERDICTS, Claim, Facts, Theme
 
@@ -120,17 +121,19 @@ def validate(themes: Iterable[Theme] = THEMES) -> list[str]:
         want = [c.check for c in sorted(theme.claims, key=lambda c: c.id)]
         for fw in FRAMEWORKS:
             try:
-                names, doc = _public_checks(source_path(fw, theme.module))
+                names, doc = _public_checks(source_path(fw, f"backend.claims.{theme.module}"))
             except ValueError as exc:
                 problems.append(f"{theme.module}: {exc}")
                 continue
             if names != want:
-                problems.append(f"{fw}_impl/{theme.module}.py: __all__ expected {want}, got {names}")
+                problems.append(f"{fw}_impl/backend/claims/{theme.module}.py: __all__ expected {want}, got {names}")
             if "Port note" not in doc:
-                problems.append(f"{fw}_impl/{theme.module}.py: the module docstring needs a Port note")
+                problems.append(f"{fw}_impl/backend/claims/{theme.module}.py: the module docstring needs a Port note")
             strays = sorted(set(re.findall(r"\bC\d{2}\b", doc)) - {c.id for c in theme.claims})
             if strays:
-                problems.append(f"{fw}_impl/{theme.module}.py: the docstring names {strays}, not claims of this theme")
+                problems.append(
+                    f"{fw}_impl/backend/claims/{theme.module}.py: the docstring names {strays}, not claims of this theme"
+                )
     return problems
 
 
@@ -169,8 +172,8 @@ class Outcome:
 def evaluate(claim: Claim) -> Outcome:
     """Run the torch and JAX checks of one claim and verify them (an exception = not reproduced)."""
     try:
-        t = getattr(impl("torch", claim.module), claim.check)()
-        j = getattr(impl("jax", claim.module), claim.check)()
+        t = backend("torch").claims.CHECKS[claim.check]()
+        j = backend("jax").claims.CHECKS[claim.check]()
     except Exception as exc:  # a check that crashes no longer reproduces its finding: report it
         why = f"{type(exc).__name__}: {exc}"
         return Outcome(claim, False, f"✗ check raised {why}", {}, {}, why)

@@ -1,6 +1,6 @@
 """Claims about what detach() returns, each record above its verifier.
 
-The checks: `torch_impl/claims_aliasing.py` and `jax_impl/claims_aliasing.py`. Aliased storage,
+The checks: `torch_impl/backend/claims/aliasing.py` and `jax_impl/backend/claims/aliasing.py`. Aliased storage,
 the requires_grad flag, the error of a backward through a detached tensor, no_grad against
 detach, detach against .data.
 """
@@ -11,9 +11,7 @@ from .record import INPLACE, NO_GRAD_FN, Facts, Theme, close, raised
 
 __all__ = ["THEME"]
 
-THEME = Theme(
-    module="claims_aliasing", title="what detach() returns: an alias without a graph, not a copy and not no_grad"
-)
+THEME = Theme(module="aliasing", title="what detach() returns: an alias without a graph, not a copy and not no_grad")
 
 
 @THEME.claim(

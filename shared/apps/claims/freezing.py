@@ -1,6 +1,6 @@
 """Claims about freezing part of a model, each record above its verifier.
 
-The checks: `torch_impl/claims_freezing.py` and `jax_impl/claims_freezing.py`. no_grad around the
+The checks: `torch_impl/backend/claims/freezing.py` and `jax_impl/backend/claims/freezing.py`. no_grad around the
 wrong layer, detached backbone features, param.detach_(), the cost of freezing, detached inputs.
 Speed is judged on what does not depend on a clock (saved bytes, autograd nodes, residuals);
 the ratios are measured by `detach-parity bench`.
@@ -12,9 +12,7 @@ from .record import NO_GRAD_FN, SAME, Facts, Theme, close, raised
 
 __all__ = ["THEME"]
 
-THEME = Theme(
-    module="claims_freezing", title="freezing part of a model: what each stop really freezes, and what it costs"
-)
+THEME = Theme(module="freezing", title="freezing part of a model: what each stop really freezes, and what it costs")
 
 
 @THEME.claim(

@@ -1,6 +1,6 @@
 """Claims about where a loss stops its gradient, each record above its verifier.
 
-The checks: `torch_impl/claims_losses.py` and `jax_impl/claims_losses.py`. A loss by hand, the
+The checks: `torch_impl/backend/claims/losses.py` and `jax_impl/backend/claims/losses.py`. A loss by hand, the
 DQN target, multitask isolation, first-order MAML, detached attention weights, detached
 policy logits.
 """
@@ -12,7 +12,7 @@ from .record import NO_GRAD_FN, SAME, Facts, Theme, close, fmt, raised
 __all__ = ["THEME"]
 
 THEME = Theme(
-    module="claims_losses", title="where a loss stops its gradient: targets, tasks, inner steps, attention, policies"
+    module="losses", title="where a loss stops its gradient: targets, tasks, inner steps, attention, policies"
 )
 
 

@@ -1,6 +1,6 @@
 """Claims about computing without a gradient, each record above its verifier.
 
-The checks: `torch_impl/claims_modes.py` and `jax_impl/claims_modes.py`. inference_mode, mixed
+The checks: `torch_impl/backend/claims/modes.py` and `jax_impl/backend/claims/modes.py`. inference_mode, mixed
 precision, statistics of detached features.
 """
 
@@ -12,7 +12,7 @@ from .record import NO_GRAD_FN, Facts, Theme, close, raised
 
 __all__ = ["THEME"]
 
-THEME = Theme(module="claims_modes", title="computing without a gradient: inference mode, mixed precision, statistics")
+THEME = Theme(module="modes", title="computing without a gradient: inference mode, mixed precision, statistics")
 
 
 @THEME.claim(

@@ -3,7 +3,7 @@
 A theme module of this package (aliasing.py, freezing.py, ...) opens with its `Theme`, whose
 `claim(...)` decorator puts each record right above the verifier that decides it:
 
-    THEME = Theme(module="claims_aliasing", title="what detach() returns")
+    THEME = Theme(module="aliasing", title="what detach() returns")
 
     @THEME.claim(id="C02", article="A1", section="§2.2", scenario="basics", verdict="correct",
                  claim="...", right="...")
@@ -11,7 +11,7 @@ A theme module of this package (aliasing.py, freezing.py, ...) opens with its `T
         f.need(not t["z_requires_grad"] and t["y_requires_grad"], "z.requires_grad False, y True")
 
 The verifier reads this run's torch evidence `t` and JAX evidence `j` (what `check_c02` of
-`torch_impl/claims_aliasing.py` and `jax_impl/claims_aliasing.py` returned) and states each fact
+`torch_impl/backend/claims/aliasing.py` and `jax_impl/backend/claims/aliasing.py` returned) and states each fact
 it needs with `f.need(condition, text)`. No framework is imported here.
 """
 
@@ -112,8 +112,10 @@ class Claim:
         for name in ("section", "claim", "right"):
             if not (isinstance(getattr(self, name), str) and getattr(self, name).strip()):
                 raise ValueError(f"{self.id}: {name} expected a non-empty text, got {getattr(self, name)!r}")
-        if not (isinstance(self.module, str) and self.module.isidentifier() and self.module.startswith("claims_")):
-            raise ValueError(f"{self.id}: module expected a name 'claims_<theme>', got {self.module!r}")
+        if not (isinstance(self.module, str) and self.module.isidentifier() and not self.module.startswith("_")):
+            raise ValueError(
+                f"{self.id}: module expected a theme's module name (backend/claims/<theme>.py), got {self.module!r}"
+            )
         if not callable(self.verifier):
             raise ValueError(f"{self.id}: verifier expected a callable, got {self.verifier!r}")
 
@@ -141,7 +143,7 @@ class Claim:
 
 @dataclass
 class Theme:
-    """The claims of one theme module and the pair that checks them (`module`, e.g. "claims_freezing")."""
+    """The claims of one theme module and the pair that checks them (`module`, e.g. "freezing": backend/claims/freezing.py)."""
 
     module: str
     title: str

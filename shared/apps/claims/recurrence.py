@@ -1,6 +1,6 @@
 """Claims about truncation through time and clipping, each record above its verifier.
 
-The checks: `torch_impl/claims_recurrence.py` and `jax_impl/claims_recurrence.py`. Which steps a
+The checks: `torch_impl/backend/claims/recurrence.py` and `jax_impl/backend/claims/recurrence.py`. Which steps a
 truncated gradient reaches, what truncation saves in memory, clipping against truncation.
 """
 
@@ -10,7 +10,7 @@ from .record import Facts, Theme, close, fmt
 
 __all__ = ["THEME"]
 
-THEME = Theme(module="claims_recurrence", title="truncation through time and gradient clipping")
+THEME = Theme(module="recurrence", title="truncation through time and gradient clipping")
 
 
 @THEME.claim(

@@ -1,4 +1,4 @@
-"""ports.html: the port checker's reports on the worked ports (torch_impl/ports/, jax_impl/ports/).
+"""ports.html: the port checker's reports on the worked ports (torch_impl/backend/ports/, jax_impl/backend/ports/).
 
 For each worked model: the correct NNX port's report (float64 then float32, weights, outputs,
 loss, gradients, 5 steps) and one line per buggy port: the pitfall it has, the pitfall the

@@ -3,11 +3,11 @@
 What it does: the torch side of `detach-parity check` (shared/apps/check). The module's
 parameters and buffers are read and written in canonical layout through the one rule table
 (torch_impl/_layout.py), grouped in units: a ruled module (nn.Linear, nn.MultiheadAttention,
-nn.GRU ...) or the bare nn.Parameters of a module. torch_impl/port_run.py runs the module.
+nn.GRU ...) or the bare nn.Parameters of a module. torch_impl/backend/port_run.py runs the module.
 Gradient flow: none here; copying weights in is not part of any graph (torch.no_grad), and
 every array handed out is cut from the graph.
 Port note: every unit is keyed by the torch module path with "/" (`blocks/0/attn`), the
-path its NNX twin has; jax_impl/port.py maps canonical leaves onto the NNX leaves.
+path its NNX twin has; jax_impl/backend/port.py maps canonical leaves onto the NNX leaves.
 Shapes: canonical per leaf (torch_impl/_layout.py).
 Reference: PyTorch docs, nn.Module.named_modules, state_dict and buffers.
 """
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._layout import load_params, named_leaves, params_of, rule_for
+from .._layout import load_params, named_leaves, params_of, rule_for
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
 

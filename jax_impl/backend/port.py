@@ -6,7 +6,7 @@ module's own leaves by a second, smaller table keyed by NNX type: most NNX modul
 hold the canonical layout (nnx.Linear, nnx.Conv, nnx.MultiHeadAttention, nnx.BatchNorm);
 the recurrent cells split or fold gates (nnx.GRUCell, nnx.LSTMCell, nnx.OptimizedLSTMCell,
 nnx.SimpleCell, inside nnx.RNN). Everything compared is keyed by the NNX leaf paths.
-jax_impl/port_run.py runs the module.
+jax_impl/backend/port_run.py runs the module.
 Gradient flow: none here; nnx.Param and nnx.BatchStat leaves are read and written as values.
 Port note: nnx.GRUCell has no slot for torch's b_hn (P08): it is reported as dropped, never
 silently lost. nnx.LSTMCell keeps one bias per gate where torch keeps b_ih and b_hh: the
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ._common import numerics
+from .._common import numerics
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
 

@@ -7,7 +7,7 @@ scenario's own step, set against the JAX twin's overhead-free forms of its steps
 Gradient flow: frozen_backbone `full_finetune` all layers; `detach_features`, `freeze_params`
 and `no_grad_backbone` the head only. tbptt `windows` calls backward once per window;
 `one_backward` detaches the carry every k steps and calls backward once on the summed loss.
-Port note: the JAX twin (jax_impl/bench.py) jits every step and reads memory from the compiled
+Port note: the JAX twin (jax_impl/backend/bench.py) jits every step and reads memory from the compiled
 function; torch has grad modes (no_grad, inference_mode) that JAX does not need. torch.compile
 (TorchDynamo + inductor; torch 2.13) compiles on the first call, as jax.jit does, but splits a
 step at every backward() or autograd.grad call (graph breaks) and refuses double backward.
@@ -27,11 +27,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..shared.core.checks import check_truncation
-from ..shared.core.fixtures import require
-from ..shared.core.runner import impl
-from . import frozen_backbone, tbptt
-from ._common import tensor
+from ...shared.core.checks import check_truncation
+from ...shared.core.fixtures import require
+from ...shared.core.runner import lesson
+from .. import frozen_backbone, tbptt
+from .._common import tensor
 
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
@@ -91,7 +91,7 @@ def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], torch.Tensor],
     """
     from torch._dynamo.utils import counters
 
-    step = impl("torch", fx.scenario).make_step(fx, variant)
+    step = lesson("torch", fx.scenario).make_step(fx, variant)
     torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(step, mode="default", dynamic=False)

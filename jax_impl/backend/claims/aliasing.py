@@ -1,4 +1,4 @@
-"""claims_aliasing: what stop_gradient returns, run in JAX.
+"""claims, aliasing: what stop_gradient returns, run in JAX.
 
 What it teaches: where the JAX port of the aliasing claims differs from PyTorch: arrays are
 immutable (item assignment raises, .at[].set returns a new array), the requires_grad flag
@@ -6,7 +6,7 @@ becomes a zero gradient, backward through a stopped value is a silent zero, and 
 neither a grad mode to compare with nor a .data bypass.
 Gradient flow: z = stop_gradient(y) has y's values and a zero derivative; y's own path is
 untouched.
-Port note: torch_impl/claims_aliasing.py: torch's detach() aliases storage and version
+Port note: torch_impl/backend/claims/aliasing.py: torch's detach() aliases storage and version
 counter, so its in-place facts (C01, C21) and its grad mode (C20) have no JAX counterpart;
 check_c20 says so ({"applies": False, "why": ...}).
 Shapes: vectors of 2 or 3 entries, no letters needed.
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .claims_evidence import error, evidence
+from .evidence import error, evidence
 
 __all__ = ["check_c01", "check_c02", "check_c04", "check_c20", "check_c21"]
 

@@ -1,4 +1,4 @@
-"""claims_freezing: freezing part of a model, run in JAX.
+"""claims, freezing: freezing part of a model, run in JAX.
 
 What it teaches: where the JAX port of the freezing claims differs from PyTorch: the port of
 "layer3 under no_grad" runs and gives all-zero gradients, silently; stop_gradient prunes the
@@ -6,7 +6,7 @@ frozen part's residuals at trace time, but nnx.BatchNorm statistics still move i
 mode; optax.adamw decays a leaf whose gradient is only zero; an input needs no stop.
 Gradient flow: backbone -> features -> head; stop_gradient between features and head makes the
 backbone's gradient exactly zero and leaves the head's as it was.
-Port note: torch_impl/claims_freezing.py: torch's requires_grad_(False) and detach_() keep a
+Port note: torch_impl/backend/claims/freezing.py: torch's requires_grad_(False) and detach_() keep a
 parameter out of AdamW (no .grad, no decay); mirror that with optax.partition +
 optax.set_to_zero, not with a zero gradient. Residuals here, saved-tensor bytes there.
 Shapes: B samples, D inputs, H hidden units (features), C outputs (toy "mlp": B 8, D 4, H 6, C 2).
@@ -21,8 +21,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ..shared.core.toys import toy
-from .claims_evidence import array, evidence, grad_state, rel_diff, saved
+from ....shared.core.toys import toy
+from .evidence import array, evidence, grad_state, rel_diff, saved
 
 __all__ = ["check_c05", "check_c06", "check_c07", "check_c16", "check_c22"]
 

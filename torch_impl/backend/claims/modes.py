@@ -1,4 +1,4 @@
-"""claims_modes: computing without a gradient, run in PyTorch.
+"""claims, modes: computing without a gradient, run in PyTorch.
 
 What it teaches: what inference_mode, autocast and detached statistics really do: an
 inference tensor cannot be saved for backward later (a no_grad one can, C09); mixed precision
@@ -6,7 +6,7 @@ involves no detach, and detaching the loss breaks backward (C15); statistics of 
 features run, torch .std() is unbiased, and no_grad saves what detach does not (C19).
 Gradient flow: under no_grad or inference_mode nothing is recorded; a detached loss has no
 graph at all.
-Port note: jax_impl/claims_modes.py: JAX has no grad mode and no inference tensors (check_c09
+Port note: jax_impl/backend/claims/modes.py: JAX has no grad mode and no inference tensors (check_c09
 says so), bfloat16 compute is an explicit cast, a stopped loss gives zero gradients silently,
 and jnp.std has ddof=0 (torch's .std() is ddof=1).
 Shapes: B samples, D inputs, H hidden units (toy "mlp": B 8, D 4, H 6).
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from ..shared.core.toys import toy
-from .claims_evidence import array, error, evidence, saved
+from ....shared.core.toys import toy
+from .evidence import array, error, evidence, saved
 
 __all__ = ["check_c09", "check_c15", "check_c19"]
 

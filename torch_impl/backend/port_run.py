@@ -1,5 +1,5 @@
 """Port checker, torch half, running: the user's nn.Module on a batch (every submodule's output recorded,
-the loss, every gradient) and K optimizer steps; the mirror of jax_impl/port_run.py.
+the loss, every gradient) and K optimizer steps; the mirror of jax_impl/backend/port_run.py.
 
 What it does: the runs `detach-parity check` compares (shared/apps/check). Outputs come from forward
 hooks, gradients are `.grad` after one backward (in canonical layout, None kept), K steps use the
@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ._common import numerics
-from ._layout import named_leaves
+from .._common import numerics
+from .._layout import named_leaves
 from .port import _bare, _key, _units, read
 
 __all__ = ["knobs", "run_loss", "train"]

@@ -1,4 +1,4 @@
-"""claims_losses: where a loss stops its gradient, run in JAX.
+"""claims, losses: where a loss stops its gradient, run in JAX.
 
 What it teaches: the gradients of the same losses as the torch checks, with
 jax.lax.stop_gradient: a plain loss by hand (C03), the stopped DQN target (C08), one task kept
@@ -6,7 +6,7 @@ out of a shared trunk (C12), first-order MAML (C13), attention weights cut from 
 a policy-gradient loss on stopped logits (C17).
 Gradient flow: loss(f(theta), stop_gradient(g(theta))): only f's path reaches theta; the
 stopped input is a constant (its own parameters get an exactly zero gradient).
-Port note: torch_impl/claims_losses.py: torch reports a cut parameter as .grad None and raises
+Port note: torch_impl/backend/claims/losses.py: torch reports a cut parameter as .grad None and raises
 where JAX is silent (backward through detached logits); jax.grad on a non-scalar raises a
 TypeError as torch's backward raises a RuntimeError.
 Shapes: B samples, D inputs, A actions, N tokens, E head width (the toys in shared/core/toys.py).
@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..shared.core.toys import toy
-from .claims_evidence import array, error, evidence, grad_state, rel_diff
+from ....shared.core.toys import toy
+from .evidence import array, error, evidence, grad_state, rel_diff
 
 __all__ = ["check_c03", "check_c08", "check_c12", "check_c13", "check_c14", "check_c17"]
 

@@ -1,4 +1,4 @@
-"""claims_aliasing: what detach() returns, run in PyTorch.
+"""claims, aliasing: what detach() returns, run in PyTorch.
 
 What it teaches: detach() returns an alias, not a copy: it shares storage and the version
 counter with its source (an in-place write shows in both and breaks a backward that saved the
@@ -6,7 +6,7 @@ source); the alias does not require grad and backward through it raises; no_grad
 from detach beyond values and flags; .data hides in-place writes from autograd.
 Gradient flow: z = y.detach() has y's values and no grad_fn: nothing flows from z back to y's
 inputs; y's own path is untouched.
-Port note: jax_impl/claims_aliasing.py: JAX arrays are immutable (no write-through, no
+Port note: jax_impl/backend/claims/aliasing.py: JAX arrays are immutable (no write-through, no
 version counter), there is no requires_grad flag, no grad mode and no .data: the flag becomes
 a zero gradient, the errors become silent zeros, "no_grad" has nothing to compare.
 Shapes: vectors of 2 or 3 entries, no letters needed.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from .claims_evidence import error, evidence, saved
+from .evidence import error, evidence, saved
 
 __all__ = ["check_c01", "check_c02", "check_c04", "check_c20", "check_c21"]
 

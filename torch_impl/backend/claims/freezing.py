@@ -1,4 +1,4 @@
-"""claims_freezing: freezing part of a model, run in PyTorch.
+"""claims, freezing: freezing part of a model, run in PyTorch.
 
 What it teaches: which stop really freezes what: no_grad around the layer meant to train cuts
 that layer off; features = backbone(x).detach() trains only the head but still builds the
@@ -7,7 +7,7 @@ then skips it) and raises on a view; whichever way the backbone is frozen, the s
 skipped backward; detaching an input batch is a no-op.
 Gradient flow: backbone -> features -> head; a stop between features and head leaves the
 backbone's gradient None (torch) and the head's gradient as it was.
-Port note: jax_impl/claims_freezing.py: the JAX port of a cut gives zero gradients, silently,
+Port note: jax_impl/backend/claims/freezing.py: the JAX port of a cut gives zero gradients, silently,
 never None, and optax.adamw still decays a zero-gradient leaf: keep frozen leaves out of the
 optimizer (optax.partition + optax.set_to_zero). Saved-tensor bytes here, residuals there.
 Shapes: B samples, D inputs, H hidden units (features), C outputs (toy "mlp": B 8, D 4, H 6, C 2).
@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..shared.core.toys import toy
-from .claims_evidence import array, error, evidence, grad_state, rel_diff, saved
+from ....shared.core.toys import toy
+from .evidence import array, error, evidence, grad_state, rel_diff, saved
 
 __all__ = ["check_c05", "check_c06", "check_c07", "check_c16", "check_c22"]
 

@@ -1,5 +1,5 @@
 """Port checker, JAX half, running: the user's NNX model on a batch (every submodule's output recorded,
-the loss, every gradient) and K optimizer steps; the mirror of torch_impl/port_run.py.
+the loss, every gradient) and K optimizer steps; the mirror of torch_impl/backend/port_run.py.
 
 What it does: the runs `detach-parity check` compares (shared/apps/check). One jitted function per
 dtype does the recorded forward, the gradient w.r.t. every nnx.Param and the optimizer update, so a
@@ -27,7 +27,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ._common import numerics
+from .._common import numerics
 from .port import _key, _sequential_alias, native
 
 __all__ = ["knobs", "run_loss", "train"]

@@ -1,4 +1,4 @@
-"""claims_losses: where a loss stops its gradient, run in PyTorch.
+"""claims, losses: where a loss stops its gradient, run in PyTorch.
 
 What it teaches: the gradients a loss really gets when one of its inputs is detached: a plain
 loss by hand (C03), the DQN target computed at training time and stopped (C08), one task kept
@@ -6,7 +6,7 @@ out of a shared trunk (C12), first-order MAML (C13), attention weights cut from 
 policy logits detached before a policy-gradient loss (C17).
 Gradient flow: loss(f(theta), stop(g(theta))): only f's path reaches theta; the stopped input
 is a constant (its own parameters get no gradient, .grad None).
-Port note: jax_impl/claims_losses.py has the same losses with jax.lax.stop_gradient: the cut
+Port note: jax_impl/backend/claims/losses.py has the same losses with jax.lax.stop_gradient: the cut
 parameters get zero gradients instead of None, and the errors torch raises (a misspelt name,
 backward on a non-scalar, backward through detached logits) become a TypeError or silent zeros.
 Shapes: B samples, D inputs, A actions, N tokens, E head width (the toys in shared/core/toys.py).
@@ -22,8 +22,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from ..shared.core.toys import toy
-from .claims_evidence import array, error, evidence, rel_diff, saved
+from ....shared.core.toys import toy
+from .evidence import array, error, evidence, rel_diff, saved
 
 __all__ = ["check_c03", "check_c08", "check_c12", "check_c13", "check_c14", "check_c17"]
 

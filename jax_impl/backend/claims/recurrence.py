@@ -1,4 +1,4 @@
-"""claims_recurrence: truncation through time and gradient clipping, run in JAX.
+"""claims, recurrence: truncation through time and gradient clipping, run in JAX.
 
 What it teaches: the JAX port of truncated backpropagation through time, a jax.lax.scan whose
 step stops the hidden state where a chunk starts: which inputs the last output reaches (C10),
@@ -6,7 +6,7 @@ the residuals a loss summed over all steps keeps either way (C11), and
 optax.clip_by_global_norm against stopping every step (C18).
 Gradient flow: h_t = tanh(h_{t-1} w + x_t u); stop_gradient(h) at a chunk boundary stops the
 gradient from reaching earlier steps; the forward values are unchanged.
-Port note: torch_impl/claims_recurrence.py detaches in a Python loop and frees the graph of a
+Port note: torch_impl/backend/claims/recurrence.py detaches in a Python loop and frees the graph of a
 chunk by calling backward per chunk; under jax.grad of one scan there is no per-chunk
 backward to show, so its memory check is the residuals of the summed loss.
 Shapes: T time steps, D inputs, H hidden units (toy "rnn": T 40, D 3, H 4; toy "explode": T 20, D 2, H 3).
@@ -21,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from ..shared.core.toys import toy
-from .claims_evidence import array, evidence, grad_state, saved
+from ....shared.core.toys import toy
+from .evidence import array, evidence, grad_state, saved
 
 __all__ = ["check_c10", "check_c11", "check_c18"]
 

@@ -1,10 +1,10 @@
-"""claims_evidence: how the torch claim checks gather their evidence (the theme pairs claims_*.py use it).
+"""claims, evidence: how the torch claim checks gather their evidence (the theme pairs claims_*.py use it).
 
 What it teaches: how to observe autograd instead of timing it: the exception a snippet really
 raises, what autograd saves for backward (bytes that stay alive until backward), whether a
 gradient is None, zero or nonzero.
 Gradient flow: none here; each theme module builds the smallest graph that shows its claim.
-Port note: jax_impl/claims_evidence.py has the same names: `saved` there counts the residuals
+Port note: jax_impl/backend/claims/evidence.py has the same names: `saved` there counts the residuals
 jax.grad would keep (it traces a function), here the tensors autograd packs while fn runs;
 torch's None gradient ("no path") is JAX's zero.
 Shapes: none of their own (any tensor).
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..shared.core.toys import check_evidence
+from ....shared.core.toys import check_evidence
 
 __all__ = ["evidence", "array", "error", "saved", "grad_state", "rel_diff"]
 

@@ -9,7 +9,7 @@ Gradient flow: frozen_backbone `full_finetune` all layers; `detach_features` (st
 and `freeze_params` (nnx.DiffState over the head) the head only. tbptt `windows` takes a
 value_and_grad per window inside a scan; `one_backward` stops the carry every k steps under
 one jax.grad of the summed loss.
-Port note: torch_impl/bench.py has torch's grad modes (no_grad, inference_mode); a jitted JAX
+Port note: torch_impl/backend/bench.py has torch's grad modes (no_grad, inference_mode); a jitted JAX
 forward records nothing to begin with, so `forward` is their one counterpart. Memory here
 is the compiled function's memory analysis, not a measured allocator peak. nnx.jit walks
 its modules' object graph in Python on every call (flax 0.12); jax.jit of the split state
@@ -28,11 +28,11 @@ import jax
 import optax
 from flax import nnx
 
-from ..shared.core.checks import check_truncation
-from ..shared.core.fixtures import require
-from ..shared.core.runner import impl
-from . import frozen_backbone, tbptt
-from ._common import array
+from ...shared.core.checks import check_truncation
+from ...shared.core.fixtures import require
+from ...shared.core.runner import lesson
+from .. import frozen_backbone, tbptt
+from .._common import array
 
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
@@ -106,10 +106,10 @@ def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], jax.Array], Ca
         why = (
             "already a jax.jit (of arrays or nnx.split state)"
             if name in _PURE
-            else "not in jax_impl/bench.py's table of nnx.jit steps"
+            else "not in jax_impl/backend/bench.py's table of nnx.jit steps"
         )
         return {"jax_cached": f"{name}'s step is {why}: nothing to cache", "jax_split": f"{name}'s step is {why}"}
-    module, pick = impl("jax", name), _PICK.get(name, lambda out: out[0])
+    module, pick = lesson("jax", name), _PICK.get(name, lambda out: out[0])
     tuned = {}
     for label, build in (("jax_cached", _cached), ("jax_split", _split)):
         step, leaves = build(_NNX_CALLS[name](module, fx, variant), pick)

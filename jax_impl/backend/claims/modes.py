@@ -1,4 +1,4 @@
-"""claims_modes: computing without a gradient, run in JAX.
+"""claims, modes: computing without a gradient, run in JAX.
 
 What it teaches: where the JAX port of the grad-mode claims differs from PyTorch: there is no
 inference mode to show (C09); bfloat16 compute is an explicit cast with float32 parameters and
@@ -6,7 +6,7 @@ gradients, and a stopped loss gives zero gradients with no error (C15); jnp.std 
 (C19).
 Gradient flow: outside jax.grad nothing is recorded; stop_gradient of the loss makes every
 gradient exactly zero.
-Port note: torch_impl/claims_modes.py: torch's inference tensors and no_grad mode have no JAX
+Port note: torch_impl/backend/claims/modes.py: torch's inference tensors and no_grad mode have no JAX
 counterpart (check_c09 says so: {"applies": False, "why": ...}); torch.autocast is an explicit
 .astype(jnp.bfloat16) here; torch's .std() is jnp.std(..., ddof=1).
 Shapes: B samples, D inputs, H hidden units (toy "mlp": B 8, D 4, H 6).
@@ -19,8 +19,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..shared.core.toys import toy
-from .claims_evidence import array, evidence, grad_state
+from ....shared.core.toys import toy
+from .evidence import array, evidence, grad_state
 
 __all__ = ["check_c09", "check_c15", "check_c19"]
 

@@ -1,4 +1,4 @@
-"""claims_recurrence: truncation through time and gradient clipping, run in PyTorch.
+"""claims, recurrence: truncation through time and gradient clipping, run in PyTorch.
 
 What it teaches: detaching an RNN hidden state every k steps truncates backpropagation through
 time (C10); it saves memory only with a backward per chunk, not with one loss summed over all
@@ -6,7 +6,7 @@ steps (C11); and it is no gradient clipping: clip_grad_norm_ bounds the norm and
 direction, detaching every step does neither (C18).
 Gradient flow: h_t = tanh(h_{t-1} w + x_t u); h.detach() at a chunk boundary stops the
 gradient from reaching earlier steps; the forward values are unchanged.
-Port note: jax_impl/claims_recurrence.py writes the same recurrences with jax.lax.scan and a
+Port note: jax_impl/backend/claims/recurrence.py writes the same recurrences with jax.lax.scan and a
 jnp.where(cut, stop_gradient(h), h) per step; its memory is jax.grad's residuals, and
 optax.clip_by_global_norm is torch's clip_grad_norm_.
 Shapes: T time steps, D inputs, H hidden units (toy "rnn": T 40, D 3, H 4; toy "explode": T 20, D 2, H 3).
@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..shared.core.toys import toy
-from .claims_evidence import array, evidence, saved
+from ....shared.core.toys import toy
+from .evidence import array, evidence, saved
 
 __all__ = ["check_c10", "check_c11", "check_c18"]
 

@@ -1,10 +1,10 @@
-"""claims_evidence: how the JAX claim checks gather their evidence (the theme pairs claims_*.py use it).
+"""claims, evidence: how the JAX claim checks gather their evidence (the theme pairs claims_*.py use it).
 
 What it teaches: how to observe a JAX gradient instead of timing it: the exception a port
 really raises (often none), the residuals jax.grad would keep for the backward pass, whether
 a gradient is zero or nonzero.
 Gradient flow: none here; each theme module builds the smallest function that shows its claim.
-Port note: torch_impl/claims_evidence.py has the same names: `saved` here traces fn and counts
+Port note: torch_impl/backend/claims/evidence.py has the same names: `saved` here traces fn and counts
 its residuals (jax.ad_checkpoint.print_saved_residuals), torch's packs the tensors autograd
 saves while fn runs; a JAX gradient is never None, torch's "no path" shows here as zero.
 Shapes: none of their own (any array or pytree).
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.ad_checkpoint import print_saved_residuals
 
-from ..shared.core.toys import check_evidence
+from ....shared.core.toys import check_evidence
 
 __all__ = ["evidence", "array", "error", "saved", "grad_state", "rel_diff"]
 

@@ -1,0 +1,17 @@
+"""The jax backend of the tools: what the applications need from JAX / Flax NNX / optax (shared/core/backend.py).
+
+    port       layouts: read, write and convert a model's weights by the rule table
+    port_run   runs of a user's model: outputs of every submodule, gradients, K optimizer steps
+    ports      the worked ports of the checker (correct and buggy), by name
+    bench      what `detach-parity bench` times
+    claims     the tutorial claims' checks, one module per theme
+
+Mirrored in torch_impl/backend/: the same modules and functions in the same order. The lessons
+(the modules above this package) never import it; only shared.apps.backends does.
+"""
+
+from . import bench, claims, port, port_run
+
+__all__ = ["FRAMEWORK", "port", "port_run", "bench", "claims"]
+
+FRAMEWORK = "jax"
