@@ -33,6 +33,11 @@ ONE_SIDED_NAMES = {
     ("_common", "jax", "load_params"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "params_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "grads_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
+    (
+        "backend.layout",
+        "torch",
+        "named_leaves",
+    ): "a torch model is walked by the table; NNX modules by nnx.iter_modules",
 }
 # a worked port is two halves of one example, not twins: the torch reference (its sizes, its batch)
 # and its NNX port, whose porting bugs are variants of the port and need their own helpers

@@ -18,7 +18,7 @@ from detach_parity.shared.apps.check import (
     transfer_back,
     transfer_weights,
 )
-from detach_parity.shared.apps.check.ports import IN_STEPS, WORKED, case, check_worked, variants
+from detach_parity.shared.apps.check.ports import WORKED, case, check_worked, steps_for, variants
 from flax import nnx
 from torch import nn
 
@@ -70,7 +70,7 @@ def test_correct_port_matches_to_1e10_in_float64_and_within_noise_in_float32(nam
 
 @pytest.mark.parametrize(("name", "variant", "pitfall"), BUGGY, ids=[f"{n}:{v}" for n, v, _ in BUGGY])
 def test_each_buggy_port_is_named(name: str, variant: str, pitfall: str) -> None:
-    report = check_worked(name, variant, steps=2 if variant in IN_STEPS else 0, dtypes=("float64",))
+    report = check_worked(name, variant, steps=steps_for(name, variant), dtypes=("float64",))
     assert not report.ok
     assert pitfall in report.named(), report.table()
     hint = next(h for h in report.hints if h.pitfall == pitfall)
@@ -82,16 +82,23 @@ def test_each_buggy_port_is_named(name: str, variant: str, pitfall: str) -> None
         assert report.hints[0].confirmed and report.hints[0].pitfall == "P08"
 
 
-def test_every_knob_names_a_pitfall_with_a_page() -> None:
-    from detach_parity.shared.apps.check.diagnose import KNOB_PITFALL, page
+def test_the_catalogue_and_the_backends_knobs_are_one_to_one() -> None:
+    """Every knob a backend implements is named by exactly one record's replay on that side, and every
+    record's knob is implemented there; every record links a page (its pitfall or scenario)."""
+    from detach_parity.shared.apps.check import catalogue
+    from detach_parity.shared.apps.check.diagnose import page
 
-    knobs = {**backend("torch").port_run.knobs(), **backend("jax").port_run.knobs()}
-    assert {"gelu_tanh", "norm_eps", "bn_momentum", "mask_inverted", "adam_swapped", "attention_full_precision"} <= set(
-        knobs
-    )
-    for knob in knobs:
-        pitfall, title = KNOB_PITFALL[knob]
-        assert title and page(pitfall).endswith(".html"), knob
+    named: dict[str, list[str]] = {"torch": [], "jax": []}
+    for _, replay in catalogue.replays():
+        named[replay.side] += [k for k in replay.knob.split("+") if "+" not in replay.knob]
+    # matmul_default changes nothing on a CPU (full float32 whatever the setting): the backend omits it there
+    implemented = {side: set(backend(side).port_run.knobs()) for side in ("torch", "jax")}
+    implemented["jax"] |= {"matmul_default"}
+    for side in ("torch", "jax"):
+        assert sorted(named[side]) == sorted(implemented[side]), side
+    assert {"gelu_tanh", "norm_eps", "bn_momentum", "mask_inverted", "adam_swapped"} <= implemented["torch"]
+    for d in catalogue.CATALOGUE.values():
+        assert d.title and page(d.id).endswith(".html"), d.id
 
 
 def _snapshot(torch_model: nn.Module, jax_model: nnx.Module) -> dict:

@@ -12,7 +12,6 @@ import optax
 import pytest
 import torch
 from detach_parity.shared.apps.check import check_port
-from detach_parity.shared.apps.check.diagnose import CLIP, KNOB_PITFALL, STOP
 from flax import nnx
 from torch import nn
 
@@ -393,7 +392,7 @@ def test_clip_epsilon() -> None:
         TQ(), JQ(), XY, t_mse, j_mse, steps=1,
         torch_step=_torch_step(extra=clip), jax_step=_jax_step(False, optax.chain(optax.clip_by_global_norm(0.01), optax.sgd(0.5))),
     )  # fmt: skip
-    h = _hint(report, CLIP)
+    h = _hint(report, "grad_clipping")
     assert "(‖g‖ + 1e-6) / ‖g‖" in h.evidence
 
 
@@ -415,7 +414,7 @@ def _maml_jax(m, b):
 
 
 def test_first_vs_second_order() -> None:
-    h = _hint(_check(TLin(), JLin(), XY, _maml_torch, _maml_jax), KNOB_PITFALL["first_order"][0])
+    h = _hint(_check(TLin(), JLin(), XY, _maml_torch, _maml_jax), "maml")
     assert h.confirmed
 
 
@@ -457,4 +456,31 @@ def test_missing_or_extra_stop(detach: bool, stop: bool, text: str) -> None:
     assert _check(TEnc(detach), JEnc(detach), XY, t_mse, j_mse).ok  # the same stop on both sides matches
     report = _check(TEnc(detach), JEnc(stop), XY, t_mse, j_mse)
     assert [f.text for f in report.mismatches] == [text]
-    assert _hint(report, STOP).evidence == text
+    assert _hint(report, "basics").evidence == text
+
+
+# --- a new diagnosis is one record: the engine runs what the catalogue declares -------------------------------
+
+
+def test_a_new_diagnosis_is_one_record(monkeypatch) -> None:
+    """A throwaway pitfall, "a loss summed where torch averages", added as one record (no engine change):
+    before, the report says "unexplained"; with the record, its signature names it on the loss."""
+    from detach_parity.shared.apps.check import catalogue
+
+    def j_sum(m, b):
+        return ((m(b["x"]) - b["y"]) ** 2).sum()  # the bug: a sum, torch's loss is a mean
+
+    assert "unexplained" in _check(TLin(), JLin(), XY, t_mse, j_sum).named()
+
+    def summed(row, j, t):
+        n = XY["y"].size
+        if row.section == "loss" and np.isclose(float(j), n * float(t), rtol=1e-12):
+            return f"JAX's loss is {n} × torch's: a sum over the {n} entries where torch takes their mean"
+        return None
+
+    record = catalogue.Diagnosis(
+        "P99", "a sum where torch averages", signatures=(catalogue.Signature("values", summed),)
+    )
+    monkeypatch.setitem(catalogue.CATALOGUE, "P99", record)
+    h = _hint(_check(TLin(), JLin(), XY, t_mse, j_sum), "P99")
+    assert h.where == "float64 loss loss" and "10 × torch's" in h.evidence and not h.confirmed

@@ -29,6 +29,7 @@ import numpy as np
 from flax import nnx
 
 from .._common import numerics
+from .layout import rule_for
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
 
@@ -139,133 +140,6 @@ def structure(model) -> dict:
     return {"modules": mods, "variables": variables}
 
 
-# --- canonical <-> NNX leaves, by NNX type: (module, canonical, grad) -> (leaves, sources, dropped) -------------
-
-
-def _blocks(a: np.ndarray, n: int) -> list[np.ndarray]:
-    return np.split(np.asarray(a), n, axis=-1)
-
-
-def _need(c: Mapping, names: tuple[str, ...], kind: str) -> None:
-    missing = [n for n in names if n not in c]
-    if missing:
-        raise ValueError(f"{kind}: canonical leaves {missing} missing (given {sorted(c)}): no rule maps them")
-
-
-def _fold(c: Mapping, grad: bool) -> np.ndarray:
-    # torch's two biases act as their sum; a gradient reaches both equally, so either one is the folded leaf's
-    return np.asarray(c["ih/bias"]) if grad else np.asarray(c["ih/bias"]) + np.asarray(c["hh/bias"])
-
-
-def _gru_cell(m, c, grad):
-    _need(c, ("ih/kernel", "ih/bias", "hh/kernel", "hh/bias"), "nnx.GRUCell")
-    h = m.hidden_features
-    b_hn = np.asarray(c["hh/bias"])[2 * h :]
-    bias = np.asarray(c["ih/bias"]) + (0 if grad else np.concatenate([np.asarray(c["hh/bias"])[: 2 * h], 0 * b_hn]))
-    leaves = {"dense_i/kernel": c["ih/kernel"], "dense_i/bias": bias, "dense_h/kernel": c["hh/kernel"]}
-    sources = {"dense_i/kernel": ["ih/kernel"], "dense_i/bias": ["ih/bias", "hh/bias"], "dense_h/kernel": ["hh/kernel"]}
-    dropped = {}
-    if grad or np.any(b_hn != 0):
-        what = "its gradient" if grad else f"max |b_hn| = {np.max(np.abs(b_hn)):.3g}"
-        dropped["hh/bias"] = f"b_hn = hh/bias[{2 * h}:{3 * h}] ({what}) has no place in nnx.GRUCell (P08)"
-    return leaves, sources, dropped
-
-
-def _gru_cell_back(m, n):
-    h = m.hidden_features
-    return {
-        "ih/kernel": n["dense_i/kernel"],
-        "ih/bias": n["dense_i/bias"],
-        "hh/kernel": n["dense_h/kernel"],
-        "hh/bias": np.zeros(3 * h, n["dense_i/bias"].dtype),
-    }
-
-
-_LSTM_I, _LSTM_H = ("ii", "if_", "ig", "io"), ("hi", "hf", "hg", "ho")  # gates i | f | g | o, as torch
-
-
-def _lstm_cell(m, c, grad):
-    _need(c, ("ih/kernel", "ih/bias", "hh/kernel", "hh/bias"), "nnx.LSTMCell")
-    leaves, sources = {}, {}
-    for gi, gh, ki, kh, b in zip(
-        _LSTM_I,
-        _LSTM_H,
-        _blocks(c["ih/kernel"], 4),
-        _blocks(c["hh/kernel"], 4),
-        _blocks(_fold(c, grad), 4),
-        strict=True,
-    ):
-        leaves.update({f"{gi}/kernel": ki, f"{gh}/kernel": kh, f"{gh}/bias": b})
-        sources.update(
-            {f"{gi}/kernel": ["ih/kernel"], f"{gh}/kernel": ["hh/kernel"], f"{gh}/bias": ["ih/bias", "hh/bias"]}
-        )
-    return leaves, sources, {}
-
-
-def _lstm_cell_back(m, n):
-    bias = np.concatenate([n[f"{g}/bias"] for g in _LSTM_H])
-    return {
-        "ih/kernel": np.concatenate([n[f"{g}/kernel"] for g in _LSTM_I], axis=-1),
-        "ih/bias": bias,
-        "hh/kernel": np.concatenate([n[f"{g}/kernel"] for g in _LSTM_H], axis=-1),
-        "hh/bias": np.zeros_like(bias),
-    }
-
-
-def _fused_cell(biased: str):
-    # nnx.OptimizedLSTMCell (bias on dense_h) and nnx.SimpleCell (bias on dense_i): fused gates, one folded bias
-    def to(m, c, grad):
-        _need(c, ("ih/kernel", "ih/bias", "hh/kernel", "hh/bias"), "fused nnx cell")
-        leaves = {"dense_i/kernel": c["ih/kernel"], "dense_h/kernel": c["hh/kernel"], f"{biased}/bias": _fold(c, grad)}
-        sources = {
-            "dense_i/kernel": ["ih/kernel"],
-            "dense_h/kernel": ["hh/kernel"],
-            f"{biased}/bias": ["ih/bias", "hh/bias"],
-        }
-        return leaves, sources, {}
-
-    def back(m, n):
-        b = n[f"{biased}/bias"]
-        return {"ih/kernel": n["dense_i/kernel"], "ih/bias": b, "hh/kernel": n["dense_h/kernel"], "hh/bias": 0 * b}
-
-    return to, back
-
-
-def _conv_transpose(m, c, grad):
-    kernel = np.asarray(c["kernel"])
-    if m.transpose_kernel:  # kernel [kh, kw, out, in], applied as the gradient of a conv: torch's own layout, unflipped
-        kernel = np.swapaxes(kernel[::-1, ::-1], -1, -2)
-    leaves = {**c, "kernel": kernel}
-    return leaves, {k: [k] for k in leaves}, {}
-
-
-def _conv_transpose_back(m, n):
-    kernel = np.asarray(n["kernel"])
-    return {**n, "kernel": np.swapaxes(kernel, -1, -2)[::-1, ::-1] if m.transpose_kernel else kernel}
-
-
-def _identity(m, c, grad):
-    return dict(c), {k: [k] for k in c}, {}
-
-
-_RULES: dict[type, tuple[Callable, Callable]] = {
-    nnx.GRUCell: (_gru_cell, _gru_cell_back),
-    nnx.LSTMCell: (_lstm_cell, _lstm_cell_back),
-    nnx.OptimizedLSTMCell: _fused_cell("dense_h"),
-    nnx.SimpleCell: _fused_cell("dense_i"),
-    nnx.ConvTranspose: (_conv_transpose, _conv_transpose_back),
-}
-
-
-def _unit_rule(module) -> tuple[str, Callable, Callable, nnx.Module]:
-    """(prefix, to, back, module the rule applies to): nnx.RNN hands its leaves to its cell."""
-    prefix = ""
-    while isinstance(module, nnx.RNN):
-        prefix, module = f"{prefix}cell/", module.cell
-    to, back = _RULES.get(type(module), (_identity, lambda m, n: dict(n)))
-    return prefix, to, back, module
-
-
 def _module_at(model, path: str):
     node = model
     for part in path.split("/") if path else ():
@@ -291,7 +165,7 @@ def to_native(model, canonical: Mapping[str, Mapping[str, np.ndarray]], grad: bo
             module = _module_at(model, unit)
         except (AttributeError, IndexError, KeyError, TypeError):
             raise ValueError(f"jax_model: no module at {unit!r}") from None
-        prefix, to, _, cell = _unit_rule(module)
+        prefix, to, _, cell = rule_for(module)
         out, src, drop = to(cell, {k: np.asarray(v) for k, v in canon.items()}, grad)
         head = f"{unit}/{prefix}" if unit else prefix
         for rel, value in out.items():
@@ -320,7 +194,7 @@ def read(model, units: list[str]) -> dict[str, dict[str, np.ndarray]]:
     state = native(model)
     out = {}
     for unit in units:
-        prefix, _, back, cell = _unit_rule(_module_at(model, unit))
+        prefix, _, back, cell = rule_for(_module_at(model, unit))
         head = f"{unit}/{prefix}" if unit else prefix
         out[unit] = back(cell, {k[len(head) :]: v for k, v in state.items() if k.startswith(head)})
     return out

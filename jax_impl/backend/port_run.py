@@ -34,17 +34,16 @@ __all__ = ["knobs", "run_loss", "train"]
 
 # the checker calls each compiled function a few times: compile time dominates, so XLA's cheapest level
 _FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-_KNOBS = {
-    "matmul_default": "JAX's default matmul precision instead of 'highest' (P16: bfloat16 / TF32 passes)",
-    "attention_full_precision": "jax.nn.dot_product_attention with its softmax in the inputs' dtype, not float32 (P16)",
-}
+# the counterfactuals of the port (precision), each named by one record of the checker's catalogue
+# (shared/apps/check/catalogue/), which says what it changes and which pitfall it confirms
+_KNOBS = ("matmul_default", "attention_full_precision")
 
 
-def knobs() -> dict[str, str]:
-    """The counterfactuals `run_loss` / `train` can apply here: name -> what changes (no matmul_default on
-    a CPU, where JAX computes float32 matmuls in full float32 whatever the precision setting)."""
+def knobs() -> frozenset[str]:
+    """The counterfactuals `run_loss` / `train` can apply on this side, by name (no matmul_default on a
+    CPU, where JAX computes float32 matmuls in full float32 whatever the precision setting)."""
     on_cpu = jax.default_backend() == "cpu"
-    return {k: v for k, v in _KNOBS.items() if not (on_cpu and k == "matmul_default")}
+    return frozenset(k for k in _KNOBS if not (on_cpu and k == "matmul_default"))
 
 
 @contextlib.contextmanager

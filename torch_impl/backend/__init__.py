@@ -1,5 +1,6 @@
 """The torch backend of the tools: what the applications need from PyTorch (shared/core/backend.py).
 
+    layout     the rule table: a model's weights <-> canonical leaves, by module type
     port       layouts: read, write and convert a model's weights by the rule table
     port_run   runs of a user's model: outputs of every submodule, gradients, K optimizer steps
     ports      the worked ports of the checker (correct and buggy), by name

@@ -22,7 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._layout import load_params, named_leaves, params_of, rule_for
+from .._layout import load_params, params_of
+from .layout import named_leaves, rule_for
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
 

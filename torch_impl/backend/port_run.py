@@ -26,27 +26,29 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._common import numerics
-from .._layout import named_leaves
+from .layout import named_leaves
 from .port import _bare, _key, _units, read
 
 __all__ = ["knobs", "run_loss", "train"]
 
 _NNX_EPS = 1e-6  # nnx.LayerNorm / nnx.GroupNorm / nnx.RMSNorm default epsilon
-_KNOBS = {
-    "gelu_tanh": "every GELU uses the tanh approximation (jax.nn.gelu's default, P04)",
-    "norm_eps": f"LayerNorm / GroupNorm / RMSNorm eps = {_NNX_EPS} (the nnx default, P05)",
-    "bn_momentum": "BatchNorm momentum m -> 1 - m (nnx's momentum weighs the old value, P06)",
-    "bn_biased_var": "BatchNorm running_var updated with the biased batch variance (nnx's rule, P06)",
-    "mask_inverted": "boolean attention masks inverted (torch True = masked, Flax True = attend, P12)",
-    "lstm_carry_swapped": "LSTM state returned as (c, h) instead of (h, c) (nnx's carry order, P09)",
-    "adam_swapped": "Adam's weight decay coupled <-> decoupled (torch Adam vs optax.adamw, P10)",
-    "first_order": "torch.autograd.grad never builds a graph (create_graph=False: first order, maml)",
-}
+# the counterfactuals of the torch reference, each named by one record of the checker's catalogue
+# (shared/apps/check/catalogue/), which says what it changes and which pitfall it confirms
+_KNOBS = (
+    "gelu_tanh",
+    "norm_eps",
+    "bn_momentum",
+    "bn_biased_var",
+    "mask_inverted",
+    "lstm_carry_swapped",
+    "adam_swapped",
+    "first_order",
+)
 
 
-def knobs() -> dict[str, str]:
-    """The counterfactuals `run_loss` / `train` can apply on this side: name -> what changes."""
-    return dict(_KNOBS)
+def knobs() -> frozenset[str]:
+    """The counterfactuals `run_loss` / `train` can apply on this side, by name ("a+b" applies two)."""
+    return frozenset(_KNOBS)
 
 
 @contextlib.contextmanager

@@ -8,15 +8,14 @@ name that bug. `case` turns one into check_port's arguments; `check_worked` runs
 from __future__ import annotations
 
 from ..backends import backend
+from . import catalogue
 from .checker import check_port
 from .match import PortInputError
 from .report import PortReport
 
-__all__ = ["WORKED", "IN_STEPS", "variants", "case", "check_worked", "parse"]
+__all__ = ["WORKED", "variants", "steps_for", "case", "check_worked", "parse"]
 
 WORKED = ("cnn", "gru", "transformer")
-# the buggy ports whose bug shows only in the optimizer steps (running statistics, weight decay)
-IN_STEPS = {"bn_momentum", "bn_biased_var", "embed_stop_gradient"}
 
 
 def _modules(name: str):
@@ -28,6 +27,13 @@ def _modules(name: str):
 def variants(name: str) -> dict[str, str | None]:
     """The JAX ports of a worked model: variant -> the pitfall id its bug is (None: the correct port)."""
     return dict(_modules(name)[1].VARIANTS)
+
+
+def steps_for(name: str, variant: str) -> int:
+    """Optimizer steps a worked port's check needs: 2 where its pitfall's bug shows only in the steps
+    (the catalogue record's in_steps: running statistics, weight decay on a frozen leaf), else 0."""
+    pitfall = variants(name)[variant]
+    return 2 if pitfall is not None and catalogue.get(pitfall).in_steps else 0
 
 
 def parse(text: str) -> tuple[str, str]:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..check.ports import IN_STEPS, WORKED, check_worked, variants
+from ..check.ports import WORKED, check_worked, steps_for, variants
 from ..check.report import PortReport
 
 __all__ = ["PortPage", "run_ports", "render_ports", "write_ports"]
@@ -35,7 +35,7 @@ def run_ports(names=WORKED, echo: Callable[[str], None] | None = None) -> list[P
             echo(f"checking the worked port {name} ...")
         correct = check_worked(name, "correct")
         buggy = [
-            (v, pid, check_worked(name, v, steps=2 if v in IN_STEPS else 0, dtypes=("float64",)))
+            (v, pid, check_worked(name, v, steps=steps_for(name, v), dtypes=("float64",)))
             for v, pid in variants(name).items()
             if pid
         ]

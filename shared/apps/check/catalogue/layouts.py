@@ -1,0 +1,107 @@
+"""Layouts and parameter slots: P07 a Linear's layout, P08 GRU's b_hn, P09 LSTM / GRU layouts, P11 padding row."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from .kinds import Diagnosis, Replay, Signature, StepContext
+
+__all__ = ["RECORDS", "arrangement"]
+
+
+def arrangement(j: np.ndarray, t: np.ndarray) -> str | None:
+    """How the same numbers are arranged differently: a transpose, permuted axes, gate blocks, or None."""
+    if j.shape != t.shape or j.size < 2 or not np.array_equal(np.sort(j, axis=None), np.sort(t, axis=None)):
+        return None
+    if j.ndim == 2 and j.shape[0] == j.shape[1] and np.array_equal(j, t.T):
+        return (
+            "equals the transpose of the torch weight's canonical layout (kernel = weight where the rule says weight.T)"
+        )
+    for perm in itertools.permutations(range(j.ndim)):
+        if perm != tuple(range(j.ndim)) and np.transpose(t, perm).shape == j.shape:
+            if np.array_equal(np.transpose(t, perm), j):
+                return f"equals the expected array with its axes permuted {perm}"
+    if j.ndim >= 1:  # recurrent kernels: GRU r | z | n, LSTM i | f | g | o in the columns
+        for n in (3, 4):
+            if j.shape[-1] % n:
+                continue
+            tb, jb = np.split(t, n, axis=-1), np.split(j, n, axis=-1)
+            order = [next((i for i, b in enumerate(tb) if np.array_equal(b, x)), None) for x in jb]
+            if None not in order and order != list(range(n)):
+                return f"its {n} gate blocks are torch's in the order {order} (gate order)"
+    return "holds the same numbers in another arrangement (a reshape or permutation)"
+
+
+def _not_gates(row, j, t) -> str | None:
+    found = arrangement(j, t)
+    return f"{row.key} {found}" if found and "gate" not in found else None
+
+
+def _gates(row, j, t) -> str | None:
+    found = arrangement(j, t)
+    return f"{row.key} {found}" if found and "gate" in found else None
+
+
+def _b_hn(name: str, why: str, moved: bool) -> str:
+    """The loader's reason at step 0 (confirmed: the weight has nowhere to go), or the steps' evidence."""
+    return f"torch trains {name} away from 0 in the steps; nnx.GRUCell cannot follow" if moved else why
+
+
+def _folded_biases(ctx: StepContext) -> list[tuple[str, str]]:
+    out = []
+    for key, q in ctx.ratios.items():
+        src = ctx.sources.get(key, [])
+        if len(src) > 1 and key not in ctx.no_grad and abs(q - 0.5) < 1e-6:
+            ev = f"the NNX leaf folds {ctx.torch_name(src)}; its first update is {q:.6g} × torch's (torch trains both biases)"
+            out.append((ctx.where(key), ev))
+    return out
+
+
+def _padding_row(tm: dict, jm: dict) -> str | None:
+    if tm["config"].get("padding_idx") is None or jm["type"] != "Embed":
+        return None
+    return f"torch Embedding(padding_idx={tm['config']['padding_idx']}) never trains that row; nnx.Embed has no padding_idx"
+
+
+RECORDS = (
+    Diagnosis(
+        "P07",
+        "a layout bug in the weights loaded into the NNX model",
+        signatures=(Signature("values", _not_gates, section="weights"),),
+    ),
+    Diagnosis(
+        "P08",
+        "GRU b_hn: nnx.GRUCell has no slot for it",
+        signatures=(Signature("dropped", _b_hn),),
+    ),
+    Diagnosis(
+        "P09",
+        "LSTM / GRU layouts: gate order, carry order, folded biases",
+        replays=(
+            Replay(
+                "torch",
+                "lstm_carry_swapped",
+                "LSTM state returned as (c, h) instead of (h, c), nnx's carry order",
+                title="LSTM carry order: torch (h, c), nnx (c, h)",
+                modules=frozenset({"LSTM"}),
+            ),
+        ),
+        signatures=(
+            Signature(
+                "values", _gates, title="a layout bug in the weights loaded into the NNX model", section="weights"
+            ),
+            Signature(
+                "steps",
+                _folded_biases,
+                title="LSTM / GRU biases: torch trains b_ih and b_hh, the NNX cell one folded bias",
+            ),
+        ),
+    ),
+    Diagnosis(
+        "P11",
+        "embedding padding row: no gradient in torch, a gradient in JAX",
+        signatures=(Signature("config", _padding_row),),
+    ),
+)

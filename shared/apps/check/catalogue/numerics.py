@@ -1,0 +1,81 @@
+"""Numerics and conventions of the forward: P03 ties at kinks, P04 GELU, P12 mask polarity, P13 where, P16 precision."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kinds import Diagnosis, Replay, Signature
+from .norms import nan_where_torch_is_finite
+
+__all__ = ["RECORDS"]
+
+
+def _tie_split(row, j: np.ndarray, t: np.ndarray) -> str | None:
+    """Entries differ but carry the same total gradient: a subgradient redistributed over ties."""
+    d = j != t
+    if row.section != "grads" or d.sum() < 2:
+        return None
+    total, mass = float(t[d].sum()), float(np.abs(t[d]).sum())
+    if abs(total) <= 1e-3 * mass or not np.isclose(j[d].sum(), total, rtol=1e-9, atol=0):
+        return None
+    return f"{int(d.sum())} entries differ but carry the same total gradient {total:.6g}: redistributed over ties"
+
+
+def _float32_only(report) -> tuple[str, str] | None:
+    worst = max(report.failed("float32"), key=lambda r: r.max_rel)
+    return worst.where, (
+        f"float64 matches everywhere; float32 differs by up to {worst.max_rel:.1e} relative: "
+        "rounding, or reduced-precision matmuls"
+    )
+
+
+RECORDS = (
+    Diagnosis(
+        "P03",
+        "a tie split: max / abs / clamp subgradients at kinks differ",
+        signatures=(Signature("values", _tie_split),),
+    ),
+    Diagnosis(
+        "P04",
+        "GELU: jax.nn.gelu defaults to the tanh approximation, torch to erf",
+        replays=(Replay("torch", "gelu_tanh", "every GELU uses the tanh approximation, jax.nn.gelu's default"),),
+    ),
+    Diagnosis(
+        "P12",
+        "attention mask polarity: torch True = masked out, Flax True = attend",
+        replays=(
+            Replay(
+                "torch",
+                "mask_inverted",
+                "boolean attention masks inverted (torch True = masked, Flax True = attend)",
+                modules=frozenset({"MultiheadAttention"}),
+            ),
+        ),
+    ),
+    Diagnosis(
+        "P13",
+        "NaN through the untaken branch of a where",
+        signatures=(Signature("values", nan_where_torch_is_finite),),
+    ),
+    Diagnosis(
+        "P16",
+        "float32 matmul precision",
+        replays=(
+            Replay(
+                "jax",
+                "matmul_default",
+                "JAX's default matmul precision instead of 'highest' (bfloat16 / TF32 passes)",
+                near_rounding=True,
+            ),
+            Replay(
+                "jax",
+                "attention_full_precision",
+                "jax.nn.dot_product_attention with its softmax in the inputs' dtype, not float32",
+                title="float32 inside float64: jax.nn.dot_product_attention takes its softmax in float32",
+                modules=frozenset({"MultiHeadAttention"}),
+                near_rounding=True,
+            ),
+        ),
+        signatures=(Signature("float32", _float32_only, title="a float32-only difference"),),
+    ),
+)
