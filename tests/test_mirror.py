@@ -38,6 +38,7 @@ ONE_SIDED_NAMES = {
         "torch",
         "named_leaves",
     ): "a torch model is walked by the table; NNX modules by nnx.iter_modules",
+    ("backend.layout", "torch", "owned"): "a torch module with a rule owns its subtree; NNX modules go by type",
 }
 # a worked port is two halves of one example, not twins: the torch reference (its sizes, its batch)
 # and its NNX port, whose porting bugs are variants of the port and need their own helpers

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Leaf", "RULES", "rule_for", "named_leaves", "load_params", "params_of", "grads_of"]
+__all__ = ["Leaf", "RULES", "rule_for", "owned", "named_leaves", "load_params", "params_of", "grads_of"]
 
 
 @dataclass(frozen=True)
@@ -161,19 +161,28 @@ def _attr(module: nn.Module, dotted: str) -> torch.Tensor | None:
     return module
 
 
+def owned(path: str, owners: set[str]) -> bool:
+    """Whether a module path lies below one of `owners` (ruled module paths; "" is the root).
+
+    Looks up the path's ancestors, not every owner: the walk of a model stays linear in its size.
+    """
+    parts = path.split(".") if path else []
+    return any(".".join(parts[:i]) in owners for i in range(len(parts)))
+
+
 def named_leaves(module: nn.Module, *, buffers: bool = False) -> Iterator[tuple[str, str, nn.Module, Leaf]]:
     """(canonical key, module path, submodule, leaf) of every ruled submodule; a ruled module owns its subtree.
 
     A leaf whose attribute is None (nn.Linear(bias=False), affine=False) is skipped.
     """
-    owned: list[str] = []
+    owners: set[str] = set()
     for path, sub in module.named_modules():
-        if any(path.startswith(f"{o}.") or not o for o in owned):  # "" is the root: it owns everything
+        if owned(path, owners):
             continue
         rules = rule_for(sub)
         if rules is None:
             continue
-        owned.append(path)
+        owners.add(path)
         prefix = path.replace(".", "/")
         for leaf in rules:
             if (leaf.buffer and not buffers) or _attr(sub, leaf.attr) is None:

@@ -20,6 +20,7 @@ Reference: Flax NNX docs (nnx.state, nnx.clone, nnx.iter_modules, flax.nnx.nn.re
 
 from __future__ import annotations
 
+import bisect
 import importlib
 from collections.abc import Callable, Mapping
 
@@ -192,11 +193,16 @@ def read(model, units: list[str]) -> dict[str, dict[str, np.ndarray]]:
     A folded bias comes back whole in `ih/bias` (and zeros in `hh/bias`): the same function in torch.
     """
     state = native(model)
+    keys = sorted(state)  # the leaves under a unit are one run of the sorted keys: found by bisection
     out = {}
     for unit in units:
         prefix, _, back, cell = rule_for(_module_at(model, unit))
         head = f"{unit}/{prefix}" if unit else prefix
-        out[unit] = back(cell, {k[len(head) :]: v for k, v in state.items() if k.startswith(head)})
+        i, leaves = bisect.bisect_left(keys, head), {}
+        while i < len(keys) and keys[i].startswith(head):
+            leaves[keys[i][len(head) :]] = state[keys[i]]
+            i += 1
+        out[unit] = back(cell, leaves)
     return out
 
 

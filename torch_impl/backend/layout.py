@@ -13,6 +13,6 @@ Reference: PyTorch docs, torch.nn (Linear, ConvNd, RNN / GRU / LSTM, MultiheadAt
 
 from __future__ import annotations
 
-from .._layout import RULES, named_leaves, rule_for
+from .._layout import RULES, named_leaves, owned, rule_for
 
-__all__ = ["RULES", "rule_for", "named_leaves"]
+__all__ = ["RULES", "rule_for", "named_leaves", "owned"]

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .._layout import load_params, params_of
-from .layout import named_leaves, rule_for
+from .layout import named_leaves, owned, rule_for
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
 
@@ -92,9 +92,9 @@ def _units(model: nn.Module, buffers: bool = True) -> dict[str, dict]:
             "trainable": bool(target.requires_grad),
         }
         unit["config"] = _config(sub)
-    ruled = [u["name"] for u in units.values()]
+    ruled = {u["name"] for u in units.values()}
     for path, sub in model.named_modules():
-        if rule_for(sub) is not None or any(path.startswith(f"{r}.") or not r for r in ruled):
+        if rule_for(sub) is not None or owned(path, ruled):
             continue
         bare = {n: (t, False) for n, t in sub.named_parameters(recurse=False)}
         if buffers:

@@ -1,6 +1,6 @@
 """The gradient-flow diff: for every parameter, on each side, does its gradient flow, stop or not exist?
 
-torch: "flows" (a non-zero .grad), "zero" (a .grad of exact zeros: a stop), "None (requires_grad
+torch: "flows" (a non-zero .grad), "zero" (a .grad of zeros, or of subnormals only: a stop), "None (requires_grad
 False)" (frozen) or "None (no path)" (the loss never reaches it, or only through detached values).
 JAX: "flows", "zero" (stop_gradient gives exact zeros), "absent (outside wrt)" (the optimizer's
 filter leaves it out: frozen), "NaN". The update is looked at too: a leaf JAX moves while its
@@ -26,7 +26,10 @@ def state(g: np.ndarray | None, trainable: bool, side: str) -> str:
     g = np.asarray(g)
     if not np.all(np.isfinite(g)):
         return "NaN"
-    return "zero" if np.all(g == 0) else "flows"
+    # below the smallest normal number a gradient is no evidence of flow: XLA flushes subnormals to
+    # zero where torch keeps them (a vanishing gradient through a deep stack is not a stop)
+    tiny = np.finfo(g.dtype).tiny if g.dtype.kind == "f" else 0
+    return "zero" if np.all(np.abs(g) < tiny) else "flows"
 
 
 def _sentence(t: str, j: str, moved_j: bool, moved_t: bool) -> tuple[str, bool]:
@@ -51,13 +54,22 @@ def _sentence(t: str, j: str, moved_j: bool, moved_t: bool) -> tuple[str, bool]:
 
 def _group(keys: list[str], everything: list[str]) -> list[str]:
     """Keys compressed to `prefix/*` where every parameter under the prefix is in `keys`."""
-    chosen, members = [], set(keys)
+    members = set(keys)
+    # parameters under each prefix, all of them and those in `keys`: one pass each (a deep model stays linear)
+    total: dict[str, int] = {}
+    inside: dict[str, int] = {}
+    for counts, names in ((total, everything), (inside, members)):
+        for k in names:
+            parts = k.split("/")
+            for n in range(1, len(parts)):
+                prefix = "/".join(parts[:n])
+                counts[prefix] = counts.get(prefix, 0) + 1
+    chosen = []
     for key in keys:
         parts = key.split("/")
         for n in range(1, len(parts)):
             prefix = "/".join(parts[:n])
-            under = [k for k in everything if k.startswith(f"{prefix}/")]
-            if under and all(k in members for k in under):
+            if total.get(prefix) and inside.get(prefix) == total[prefix]:
                 chosen.append(f"{prefix}/*")
                 break
         else:
