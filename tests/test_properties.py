@@ -5,7 +5,7 @@ failure prints its seed (`Falsifying example: test_...(name='p12_masked_attentio
 and `detach-parity run NAME --seed N` reproduces it. Hypothesis always tries the simplest value
 first; seed 0 is test_parity's and is filtered out, so every example is a new random seed.
 Default profile: one random seed per scenario, its first variant. Heavy profile (`pytest -m slow`):
-200 seeds per scenario, every variant.
+200 seeds per scenario, every variant, in four parts of 50 (`-k` picks a family, a scenario or a part).
 """
 
 from __future__ import annotations
@@ -65,11 +65,20 @@ def test_seeds_that_failed_once(name: str, variant: str, seed: int) -> None:
 
 
 _heavy_cases = itertools.count(1)
+# the heavy profile in parts: HEAVY_SEEDS per scenario in HEAVY_PARTS tests of their own, so that
+# `-n N` spreads one scenario over workers and `-k` picks a family, a scenario or a part
+# (`pytest -m slow -k pitfalls`, `-k "dqn_target and part0"`); ids read family-scenario-partK
+HEAVY_PARTS = 4
+HEAVY = [
+    pytest.param(name, id=f"{SCENARIOS[name].family}-{name}-part{part}")
+    for name in RANDOM
+    for part in range(HEAVY_PARTS)
+]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", RANDOM, ids=RANDOM)
-@settings(max_examples=HEAVY_SEEDS, **SETTINGS)
+@pytest.mark.parametrize("name", HEAVY)
+@settings(max_examples=HEAVY_SEEDS // HEAVY_PARTS, **SETTINGS)
 @given(seed=SEEDS)
 def test_random_seeds_every_variant_heavy(name: str, seed: int) -> None:
     if next(_heavy_cases) % 50 == 0:
