@@ -34,6 +34,21 @@ def test_readme_snippet_runs_as_written(capsys) -> None:
     assert "verdict: the port matches" in out and "float32" in out
 
 
+def test_the_files_folder_is_on_sys_path_as_python_would_have_it(tmp_path, capsys, monkeypatch) -> None:
+    """A port file that imports the user's own module beside it (their model, their port) runs as with
+    `python my_port.py`, from any working directory; the caller's sys.path is left as it was."""
+    import sys
+
+    (tmp_path / "my_models.py").write_text(PORT_FILE.format(variant="correct"))
+    port = tmp_path / "my_port.py"
+    port.write_text("from my_models import *  # the user's own module, beside the file\n")
+    monkeypatch.chdir("/")
+    before = list(sys.path)
+    assert main(["check", str(port), "--steps", "1"]) == 0, capsys.readouterr().out[-2000:]
+    assert sys.path == before and "my_models" in sys.modules
+    sys.modules.pop("my_models")
+
+
 def test_file_that_matches_exits_0_and_writes_json(tmp_path, capsys) -> None:
     port = tmp_path / "my_port.py"
     port.write_text(PORT_FILE.format(variant="correct"))

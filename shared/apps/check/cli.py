@@ -1,6 +1,6 @@
 """`detach-parity check FILE.py | WORKED[:VARIANT] [--json PATH] [--steps K]`: check a torch -> Flax NNX port.
 
-FILE.py is run as a script and must define
+FILE.py is run as a script (its folder first on sys.path, as `python FILE.py` has it) and must define
     torch_model, jax_model   an nn.Module and an nnx.Module
     batch                    a dict of numpy arrays (both losses get it, as tensors / jax arrays)
     torch_loss, jax_loss     (model, batch) -> scalar
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import runpy
+import sys
 import types
 from pathlib import Path
 
@@ -57,12 +58,19 @@ def load_file(path: str) -> dict:
         raise UsageError(f"FILE: no such file {path!r} (expected a Python file (.py) or one of {list(WORKED)})")
     if not file.is_file() or file.suffix != ".py":
         raise UsageError(f"FILE expected a Python file (.py) or one of {list(WORKED)}, got {path!r}")
+    # as `python FILE.py` would: the file's folder first on sys.path, so that it imports the user's own
+    # modules beside it (their model, their port); the caller's sys.path is back afterwards
+    folder = str(file.resolve().parent)
+    saved = list(sys.path)
+    sys.path.insert(0, folder)
     try:
         names = runpy.run_path(str(file), run_name="__detach_parity_check__")
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: a file's exit status must not become the verdict
         raise UsageError(f"{path}: running it raised {type(exc).__name__}: {exc}") from None
+    finally:
+        sys.path[:] = saved
     missing = [n for n in REQUIRED if n not in names]
     if missing:
         raise UsageError(f"{path}: expected the names {list(REQUIRED)} (optional {list(OPTIONAL)}), missing {missing}")
