@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._layout import load_params, params_of
+from .._layout import Leaf, load_params, params_of
 from .layout import named_leaves, owned, rule_for
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
@@ -77,20 +77,41 @@ def _config(m: nn.Module) -> dict:
     return cfg
 
 
+_BARE = Leaf("value", "", lambda a: a, lambda a: a)  # a bare parameter: its canonical layout is its own
+
+
+def _tie(first, leaf, shape: tuple) -> dict:
+    """A leaf that is the same tensor as an earlier one (GPT-2's lm_head.weight is wte.weight): which one,
+    and whether its canonical layout is the transpose of that one's (a Linear's kernel of an Embedding)."""
+    key, first_leaf = first
+    probe = np.arange(float(np.prod(shape))).reshape(shape)  # this leaf's canonical layout, as numbers
+    in_first = first_leaf.to_canon(leaf.to_torch(probe))
+    return {
+        "tied_to": key,
+        "tie_transposed": bool(in_first.shape == probe.T.shape and np.array_equal(in_first, probe.T)),
+    }
+
+
 def _units(model: nn.Module, buffers: bool = True) -> dict[str, dict]:
     units: dict[str, dict] = {}
+    seen: dict[int, tuple[str, object]] = {}  # id of a tensor -> (canonical key, leaf) where it came first
     for _, path, sub, leaf in named_leaves(model, buffers=buffers):
         unit = units.setdefault(
             _key(path), {"path": _key(path), "name": path, "type": type(sub).__name__, "bare": False, "leaves": {}}
         )
         target = sub.get_parameter(leaf.attr) if not leaf.buffer else sub.get_buffer(leaf.attr)
         piece = target[leaf.rows[0] : leaf.rows[1]] if leaf.rows else target
+        shape = tuple(leaf.to_canon(np.empty(tuple(piece.shape))).shape)
         unit["leaves"][leaf.name] = {
-            "shape": tuple(leaf.to_canon(np.empty(tuple(piece.shape))).shape),
+            "shape": shape,
             "source": f"{path}.{leaf.source}" if path else leaf.source,
             "buffer": leaf.buffer,
             "trainable": bool(target.requires_grad),
         }
+        if not leaf.rows and id(target) in seen:  # one tensor, two modules: tied
+            unit["leaves"][leaf.name].update(_tie(seen[id(target)], leaf, shape))
+        elif not leaf.rows:
+            seen[id(target)] = (f"{_key(path)}/{leaf.name}".lstrip("/"), leaf)
         unit["config"] = _config(sub)
     ruled = {u["name"] for u in units.values()}
     for path, sub in model.named_modules():
@@ -102,21 +123,21 @@ def _units(model: nn.Module, buffers: bool = True) -> dict[str, dict]:
                 {n: (t, True) for n, t in sub.named_buffers(recurse=False) if n not in sub._non_persistent_buffers_set}
             )
         if bare:
+            leaves = {}
+            for n, (t, b) in bare.items():
+                leaves[n] = {"shape": tuple(t.shape), "source": f"{path}.{n}" if path else n, "buffer": b}
+                leaves[n]["trainable"] = t.requires_grad
+                if id(t) in seen:  # BERT's cls.predictions.bias is its decoder's bias
+                    leaves[n].update(_tie(seen[id(t)], _BARE, tuple(t.shape)))
+                else:
+                    seen[id(t)] = (f"{_key(path)}/{n}".lstrip("/"), _BARE)
             units[_key(path)] = {
                 "path": _key(path),
                 "name": path,
                 "type": type(sub).__name__,
                 "bare": True,
                 "config": _config(sub),
-                "leaves": {
-                    n: {
-                        "shape": tuple(t.shape),
-                        "source": f"{path}.{n}" if path else n,
-                        "buffer": b,
-                        "trainable": t.requires_grad,
-                    }
-                    for n, (t, b) in bare.items()
-                },
+                "leaves": leaves,
             }
     return units
 
@@ -125,7 +146,9 @@ def structure(model: nn.Module) -> dict:
     """The units (ruled modules and owners of bare parameters) and every module's type and config.
 
     Returns {"units": [{"path", "name", "type", "bare", "config", "leaves": {leaf: {"shape",
-    "source", "buffer", "trainable"}}}], "modules": [{"path", "type", "config"}]}; paths '/'-joined.
+    "source", "buffer", "trainable"[, "tied_to", "tie_transposed"]}}}], "modules": [{"path", "type",
+    "config"}]}; paths '/'-joined. A leaf that is the same tensor as an earlier one (tied weights)
+    names that one's canonical key in `tied_to`, and whether its layout is that one's transpose.
     Raises ValueError for a module configuration no rule explains (the rule says which).
     """
     mods = [{"path": _key(p), "type": type(m).__name__, "config": _config(m)} for p, m in model.named_modules()]

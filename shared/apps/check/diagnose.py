@@ -96,9 +96,23 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
     return hints
 
 
-def _values(report, p) -> list[Hint]:
+def _ties(report, p, plan) -> tuple[list[Hint], set[str]]:
+    """Hints for the tied tensors the port holds apart, and the NNX keys they explain."""
+    hints, explained = [], set()
+    for group in plan.untied:
+        for d, sig in catalogue.signatures("ties"):
+            ev = sig.fn(group, p.values, report)
+            if ev:
+                hints.append(_hint(d.id, sig.title or d.title, f"float64 grads {group[0][0]}", ev))
+                explained |= {key for key, _ in group}
+    return hints, explained
+
+
+def _values(report, p, explained: set[str] = frozenset()) -> list[Hint]:
     hints, seen = [], set()
     for r in report.failed("float64"):
+        if r.key in explained:  # a tie signature said why these differ
+            continue
         j, t = p.values.get((r.section, r.step, r.key), (None, None))
         if j is None or j.shape != t.shape or j.dtype.kind != "f":
             continue
@@ -178,7 +192,8 @@ def diagnose(report, passes: dict, plan, structures, transfer: bool = True, step
     hints = _dropped(p, plan)
     if report.failed("float64"):
         hints += _replays(report, p, plan, structures, transfer, steps)
-        hints += _values(report, p) + _steps(report, p, plan)
+        tied, explained = _ties(report, p, plan)
+        hints += tied + _values(report, p, explained) + _steps(report, p, plan)
         confirmed = {x.pitfall for x in hints if x.confirmed}
         hints += [h for h in _config(structures, plan) if h.pitfall not in confirmed]
     elif report.failed("float32"):

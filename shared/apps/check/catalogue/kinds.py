@@ -13,6 +13,9 @@ Signature kinds, and what the engine (../diagnose.py) hands each one:
            steps move away from its initial value (moved True: a hypothesis).
   float32  fn(report) -> (where, evidence) | None, when float64 matches and float32 does not.
   flow     fn(line) -> evidence | None, for each gradient-flow line that does not match.
+  ties     fn(group, values, report) -> evidence | None, for each torch tensor the port gives several
+           NNX leaves (group: [(NNX key, layout transposed from the first's)], values: the float64
+           pass's {(section, step, key): (jax, torch)}); the keys it explains get no "values" hint.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import numpy as np
 
 __all__ = ["Replay", "Signature", "Diagnosis", "StepContext", "KINDS"]
 
-KINDS = ("values", "steps", "config", "dropped", "float32", "flow")
+KINDS = ("values", "steps", "config", "dropped", "float32", "flow", "ties")
 
 
 @dataclass(frozen=True)

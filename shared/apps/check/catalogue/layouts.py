@@ -59,6 +59,34 @@ def _folded_biases(ctx: StepContext) -> list[tuple[str, str]]:
     return out
 
 
+def _untied(group: list[tuple[str, bool]], values: dict, report) -> str | None:
+    """Torch shares one tensor between modules (tied embeddings); the port holds one leaf per module.
+
+    Torch's gradient of the shared tensor is the sum over its uses; each JAX leaf gets only its own
+    use. Evidence: the JAX gradients of exactly that group differ from torch's, and their sum (each in
+    the first leaf's layout) is torch's one combined gradient.
+    """
+    grads = [(key, tr, *values.get(("grads", None, key), (None, None))) for key, tr in group]
+    if any(j is None for _, _, j, _ in grads):
+        return None
+    as_first = [j.T if tr else j for _, tr, j, _ in grads]
+    combined = grads[0][3]
+    if any(a.shape != combined.shape for a in as_first):
+        return None
+    total, scale = sum(as_first), float(np.max(np.abs(combined)))
+    differ = [key for key, _, j, t in grads if np.max(np.abs(j - t)) > 1e-9 * max(scale, 1e-300)]
+    if not differ or np.max(np.abs(total - combined)) > 1e-9 * max(scale, 1e-300):
+        return None
+    keys = " and ".join(key for key, _ in group)
+    parted = [r for r in report.failed("float64") if r.section in ("outputs", "loss")]
+    forward = "outputs and loss match at step 0, " if not parted else ""
+    return (
+        f"torch ties {keys} (one tensor, one gradient, the sum of its uses); the port holds them apart: "
+        f"{forward}the gradients of exactly these leaves differ, and their sum is torch's combined gradient "
+        f"(to {np.max(np.abs(total - combined)) / max(scale, 1e-300):.1e} relative)"
+    )
+
+
 def _padding_row(tm: dict, jm: dict) -> str | None:
     if tm["config"].get("padding_idx") is None or jm["type"] != "Embed":
         return None
@@ -98,6 +126,11 @@ RECORDS = (
                 title="LSTM / GRU biases: torch trains b_ih and b_hh, the NNX cell one folded bias",
             ),
         ),
+    ),
+    Diagnosis(
+        "tied_weights",
+        "tied weights untied: torch shares one tensor between modules, the port gives each its own",
+        signatures=(Signature("ties", _untied),),
     ),
     Diagnosis(
         "P11",
