@@ -22,7 +22,18 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["Leaf", "RULES", "rule_for", "owned", "named_leaves", "load_params", "params_of", "grads_of"]
+__all__ = [
+    "Leaf",
+    "RULES",
+    "EPS_NAMES",
+    "norm_like",
+    "rule_for",
+    "owned",
+    "named_leaves",
+    "load_params",
+    "params_of",
+    "grads_of",
+]
 
 
 @dataclass(frozen=True)
@@ -144,14 +155,34 @@ RULES: dict[type, Callable[[nn.Module], tuple[Leaf, ...]]] = {
 }
 
 
+EPS_NAMES = ("eps", "variance_epsilon", "epsilon")  # what libraries call a norm's epsilon (HF: variance_epsilon)
+
+
+def norm_like(module: nn.Module) -> bool:
+    """A normalisation layer recognised by what it is, whatever its class (HF's LlamaRMSNorm, T5LayerNorm):
+    no submodules, a 1-D `weight` (and maybe a `bias`) as its only parameters, and a numeric epsilon."""
+    params = dict(module.named_parameters(recurse=False))
+    return (
+        not any(True for _ in module.children())
+        and "weight" in params
+        and params["weight"].dim() == 1
+        and set(params) <= {"weight", "bias"}
+        and any(isinstance(getattr(module, n, None), float) for n in EPS_NAMES)
+    )
+
+
 def rule_for(module: nn.Module) -> tuple[Leaf, ...] | None:
     """The canonical leaves of a module by its type (a subclass inherits its base's rule), else None.
 
-    Raises ValueError for a configuration no rule explains (e.g. a bidirectional nn.LSTM).
+    A module of another library whose class no rule names may still be recognised by what it is
+    (`norm_like`: a norm's scale and bias). Raises ValueError for a configuration no rule explains
+    (e.g. a bidirectional nn.LSTM).
     """
     for cls in type(module).__mro__:
         if cls in RULES:
             return RULES[cls](module)
+    if norm_like(module):
+        return _norm(module)
     return None
 
 

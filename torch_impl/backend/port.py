@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._layout import Leaf, load_params, params_of
+from .._layout import EPS_NAMES, Leaf, load_params, norm_like, params_of
 from .layout import named_leaves, owned, rule_for
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
@@ -68,9 +68,17 @@ def copy_model(model: nn.Module, dtype: str) -> nn.Module:
     return twin
 
 
+_NORMS = (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.modules.batchnorm._BatchNorm)
+
+
 def _config(m: nn.Module) -> dict:
     names = ("eps", "momentum", "num_heads", "num_groups", "padding_idx", "approximate", "batch_first")
     cfg = {n: getattr(m, n) for n in names if isinstance(getattr(m, n, None), int | float | str | tuple)}
+    eps = next((getattr(m, n) for n in EPS_NAMES if isinstance(getattr(m, n, None), float)), None)
+    if eps is not None:  # a norm's epsilon by any of its names (HF's variance_epsilon)
+        cfg["eps"] = eps
+    if isinstance(m, _NORMS) or norm_like(m):
+        cfg["kind"] = "norm"
     if isinstance(m, nn.modules.conv._ConvNd):
         cfg.update(stride=m.stride, padding=m.padding, dilation=m.dilation, groups=m.groups)
     cfg["training"] = m.training

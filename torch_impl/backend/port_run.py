@@ -24,8 +24,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from .._common import numerics
+from .._layout import EPS_NAMES, norm_like
 from .layout import named_leaves
 from .port import _bare, _key, _units, read
 
@@ -59,9 +62,10 @@ def _knob(model: nn.Module, name: str | None) -> Iterator[None]:
     saved, undo = [], []
     norms = (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
     for sub in model.modules():
-        if "norm_eps" in names and isinstance(sub, norms):
-            saved.append((sub, "eps", sub.eps))
-            sub.eps = _NNX_EPS
+        if "norm_eps" in names and (isinstance(sub, norms) or norm_like(sub)):
+            attr = next(n for n in EPS_NAMES if isinstance(getattr(sub, n, None), float))  # HF: variance_epsilon
+            saved.append((sub, attr, getattr(sub, attr)))
+            setattr(sub, attr, _NNX_EPS)
         if "bn_momentum" in names and isinstance(sub, nn.modules.batchnorm._BatchNorm) and sub.momentum is not None:
             saved.append((sub, "momentum", sub.momentum))
             sub.momentum = 1 - sub.momentum
@@ -182,7 +186,10 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
       wrt: unused (requires_grad says what trains); the JAX twin takes the optimizer's filter.
     Returns:
       {"loss": 0-d array, "outputs": {module path: [[arrays] per call]}, "grads": {unit: {leaf:
-       canonical array, or None where .grad is None}}, "trainable": {unit: {leaf: requires_grad}}}.
+       canonical array, or None where .grad is None}}, "trainable": {unit: {leaf: requires_grad}},
+       "islands": {module path or "(loss)": (dtype, modules finished before it)} where a float64
+       forward computed in float32 or narrower, "finished": module paths in the order their first
+       call finished}.
     Raises:
       ValueError: the loss raised or is not a scalar.
     """
@@ -190,14 +197,53 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
         return _run(model, _batch(batch), loss_fn)
 
 
-@contextlib.contextmanager
-def _hooks(model: nn.Module, outputs: dict[str, list]) -> Iterator[None]:
-    def hook(name: str):
-        return lambda module, args, out: outputs.setdefault(name, []).append(_arrays(out))
+_NARROW = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)  # below float64's precision
 
-    handles = [sub.register_forward_hook(hook(_key(p))) for p, sub in model.named_modules()]
+
+class _Islands(TorchDispatchMode):
+    """Records where a float64 forward computes in a narrower dtype: HF's Llama RMSNorm, rotary cos / sin
+    and labels= loss run in float32 inside a float64 model. An op's narrow result is charged to the
+    innermost module running (the stack the forward pre-hooks keep), or to the loss outside them."""
+
+    def __init__(self, stack: list[str], finished: list[str], islands: dict) -> None:
+        super().__init__()
+        self.stack, self.finished, self.islands = stack, finished, islands
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dtype in _NARROW:
+                where = self.stack[-1] if self.stack else "(loss)"
+                # where: (dtype, how many modules had finished before it: those are upstream of it)
+                self.islands.setdefault(where, (str(t.dtype).removeprefix("torch."), len(self.finished)))
+        return out
+
+
+@contextlib.contextmanager
+def _hooks(model: nn.Module, outputs: dict[str, list], islands: dict | None = None) -> Iterator[list[str]]:
+    """Every submodule's outputs per call; with `islands` (a float64 run), where it computes narrower.
+    Yields the module paths in the order their calls finished."""
+    stack: list[str] = []
+    finished: list[str] = []
+
+    def pre(name: str):
+        return lambda module, args: stack.append(name) and None
+
+    def post(name: str):
+        def hook(module, args, out) -> None:
+            outputs.setdefault(name, []).append(_arrays(out))
+            if stack and stack[-1] == name:
+                stack.pop()
+            finished.append(name)
+
+        return hook
+
+    handles = [h for p, sub in model.named_modules() for h in (
+        sub.register_forward_pre_hook(pre(_key(p))), sub.register_forward_hook(post(_key(p))))]  # fmt: skip
+    mode = _Islands(stack, finished, islands) if islands is not None else contextlib.nullcontext()
     try:
-        yield
+        with mode:
+            yield finished
     finally:
         for h in handles:
             h.remove()
@@ -205,14 +251,23 @@ def _hooks(model: nn.Module, outputs: dict[str, list]) -> Iterator[None]:
 
 def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable | None = None) -> dict:
     outputs: dict[str, list] = {}
-    with _hooks(model, outputs):
+    wide = any(p.dtype == torch.float64 for p in model.parameters())
+    islands: dict | None = {} if wide else None  # only a float64 forward can hide a narrower island
+    with _hooks(model, outputs, islands) as finished:
         loss = _scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")
     if loss.requires_grad:  # a loss computed from stopped values only has no graph: every .grad stays None
         loss.backward()
     grads, trainable = _grads(model)
     if after_backward:
         after_backward()
-    return {"loss": loss.detach().numpy().copy(), "outputs": outputs, "grads": grads, "trainable": trainable}
+    return {
+        "loss": loss.detach().numpy().copy(),
+        "outputs": outputs,
+        "grads": grads,
+        "trainable": trainable,
+        "islands": dict(islands or {}),
+        "finished": list(dict.fromkeys(finished)),
+    }
 
 
 def train(

@@ -8,6 +8,7 @@ that is the only difference), the loss, every gradient, then each step's loss an
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -67,18 +68,42 @@ class Pass:
     values: dict = field(default_factory=dict)  # (section, step, key) -> (jax array, torch array)
 
 
+def island(islands: dict) -> str:
+    """The sentence of a report on where the float64 reference computes in a narrower dtype."""
+    where = list(dict.fromkeys(re.sub(r"(^|/)\d+(?=/|$)", r"\1*", p).replace("/", ".") for p in islands))
+    dtypes = sorted({d for d, _ in islands.values()})
+    named = ", ".join(f"`{w}`" if w != "(loss)" else "the loss" for w in where)
+    return f"float64 pass: the reference computes {named} in {' / '.join(dtypes)}"
+
+
 def rows_of(p: Pass, pl: Plan, transfer: bool) -> list[Row]:
-    """Every comparison of one pass, in the order of the check (weights, outputs, loss, grads, steps)."""
-    tol, dt, rows = TOLERANCE[p.dtype], p.dtype, []
+    """Every comparison of one pass, in the order of the check (weights, outputs, loss, grads, steps).
+
+    Where the float64 reference computes in float32 itself (`islands` of its run: HF's RMSNorm, rotary
+    embedding, labels= loss), every quantity from the first island on (the outputs of the modules that
+    finish after it, the loss, the gradients, the steps) that misses the float64 bound is judged at
+    float32's: within it, it matches with that explanation; beyond it, it differs.
+    """
+    dt, rows = p.dtype, []
+    islands = p.torch.get("islands") or {}
+    first = min((at for _, at in islands.values()), default=None)
+    finished = {path: i for i, path in enumerate(p.torch.get("finished", []))}
+    why = island(islands) if islands else ""
 
     scale = max((float(np.max(np.abs(v))) for v in p.expected.values() if np.size(v)), default=0.0)
 
-    def add(section, key, torch_name, j, t, step=None) -> None:
+    def add(section, key, torch_name, j, t, step=None, path=None) -> None:
         p.values[(section, step, key)] = (np.asarray(j), np.asarray(t))
-        if section == "steps" and key != "loss":
-            rows.append(_row(dt, section, key, torch_name, j, t, STEP_TOLERANCE[dt], step, scale))
-        else:
-            rows.append(_row(dt, section, key, torch_name, j, t, tol, step))
+        steps = section == "steps" and key != "loss"
+        row = _row(dt, section, key, torch_name, j, t, (STEP_TOLERANCE if steps else TOLERANCE)[dt], step,
+                   scale if steps else None)  # fmt: skip
+        downstream = first is not None and (section != "outputs" or finished.get(path, -1) >= first)
+        if not row.ok and downstream and section != "weights":
+            wide = _row("float32", section, key, torch_name, j, t, (STEP_TOLERANCE if steps else TOLERANCE)["float32"],
+                        step, scale if steps else None)  # fmt: skip
+            if wide.ok:
+                row.ok, row.explained, row.problem = True, why, ""
+        rows.append(row)
 
     def name(key: str) -> str:
         return pl.torch_name(p.sources.get(key, [key]))
@@ -99,7 +124,8 @@ def rows_of(p: Pass, pl: Plan, transfer: bool) -> list[Row]:
                     if moved is not None:
                         used.add(m)
                         suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
-                        add("outputs", f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", j, moved)
+                        add("outputs", f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", j, moved,
+                            path=tpath)  # fmt: skip
                         break
     add("loss", "loss", "torch_loss", p.jax["loss"], p.torch["loss"])
     tg = p.torch["grads_native"]

@@ -44,7 +44,12 @@ def _failing(rows: list[Row]) -> set[tuple]:
 
 
 def _types(structures) -> dict[str, set[str]]:
-    return {side: {m["type"] for m in structures[i]["modules"]} for i, side in enumerate(("torch", "jax"))}
+    """The module types of each side, and their kinds ("norm": a normalisation layer by what it is)."""
+    return {
+        side: {m["type"] for m in structures[i]["modules"]}
+        | {m["config"].get("kind", "") for m in structures[i]["modules"]}
+        for i, side in enumerate(("torch", "jax"))
+    }
 
 
 def _applicable(structures, steps: int) -> list[tuple[catalogue.Diagnosis, catalogue.Replay]]:

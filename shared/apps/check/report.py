@@ -33,6 +33,7 @@ class Row:
     step: int | None = None  # 1-based step for section "steps"
     problem: str = ""
     used: float = float("nan")  # the largest |jax - torch| over its bound (<= 1 passes)
+    explained: str = ""  # ok only at the precision the reference itself computed in (a float32 island)
 
     @property
     def where(self) -> str:
@@ -150,6 +151,17 @@ class PortReport:
             )  # fmt: skip
         return table
 
+    @property
+    def explained(self) -> list[Row]:
+        """The rows that match only at the precision the reference computed in (match with an explanation)."""
+        return [r for r in self.rows if r.ok and r.explained]
+
+    def verdict(self) -> str:
+        """ "match", "match, explained" (differences the reference's own float32 computing explains) or "differs"."""
+        if not self.ok:
+            return "differs"
+        return "match, explained" if self.explained else "match"
+
     def lines(self) -> list[str]:
         """What the table does not show: the first parting per dtype, dropped weights, flow mismatches, hints."""
         out = []
@@ -163,7 +175,17 @@ class PortReport:
         out += [f"gradient flow: {f.text}" for f in self.mismatches]
         out += [f"hint: {h}" for h in self.hints]
         out += [f"note: {n}" for n in self.notes]
-        out.append("verdict: " + ("the port matches" if self.ok else "the port DIFFERS"))
+        for why in dict.fromkeys(r.explained for r in self.explained):
+            rows = [r for r in self.explained if r.explained == why]
+            worst = max(rows, key=lambda r: _num(r.max_rel))
+            out.append(
+                f"explained: {why}; {len(rows)} quantities judged at float32 precision from there "
+                f"(the largest difference {worst.max_rel:.1e} relative, at {worst.where})"
+            )
+        verdict = {"match": "the port matches", "differs": "the port DIFFERS"}.get(
+            self.verdict(), "the port matches, with a difference the reference's own float32 computing explains"
+        )
+        out.append("verdict: " + verdict)
         return out
 
     def table(self) -> str:
@@ -181,6 +203,8 @@ class PortReport:
         """Everything as JSON-ready data (non-finite numbers as null)."""
         return {
             "ok": self.ok,
+            "verdict": self.verdict(),
+            "explained": [{"where": r.where, "why": r.explained, "max_rel": _js(r.max_rel)} for r in self.explained],
             "settings": self.settings,
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "summary": [{k: _js(v) for k, v in s.items()} for s in self.summary()],

@@ -8,7 +8,7 @@ from .kinds import Diagnosis, Replay, Signature
 
 __all__ = ["RECORDS", "nan_where_torch_is_finite"]
 
-NORMS = frozenset({"LayerNorm", "GroupNorm", "RMSNorm"})
+NORMS = frozenset({"LayerNorm", "GroupNorm", "RMSNorm", "norm"})  # "norm": a norm by what it is (LlamaRMSNorm)
 BATCH_NORMS = frozenset({"BatchNorm1d", "BatchNorm2d", "BatchNorm3d"})
 
 
@@ -41,7 +41,9 @@ def nan_where_torch_is_finite(row, j: np.ndarray, t: np.ndarray) -> str | None:
 def _eps(kinds: frozenset[str]):
     def differs(tm: dict, jm: dict) -> str | None:
         tc, jc = tm["config"], jm["config"]
-        if tm["type"] not in kinds or "eps" not in tc or "epsilon" not in jc:
+        if not ({tm["type"], tc.get("kind")} & kinds) or tm["type"] in BATCH_NORMS and kinds is NORMS:
+            return None
+        if "eps" not in tc or "epsilon" not in jc:
             return None
         if np.isclose(tc["eps"], jc["epsilon"], rtol=1e-12, atol=0):
             return None
