@@ -33,6 +33,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..shared.core import launch, runner
 from ..shared.core.fixtures import Fixture
+from ..shared.core.rank import PortInUse, serve
 
 __all__ = ["ranks", "on_ranks", "init_rank", "data_mesh", "shard", "gather_ranks", "rank_gap", "main"]
 
@@ -72,7 +73,7 @@ def init_rank(rank: int, world: int, port: int) -> None:
     """Join the `world` processes through the coordinator on 127.0.0.1:port (process 0 hosts it), gloo collectives.
 
     In "devices" mode (world 1) there is nothing to join. Either way WORLD devices must be visible.
-    Raises shared.core.launch.PortInUse when the port is taken (the launcher retries another).
+    Raises shared.core.rank.PortInUse when the port is taken (the launcher retries another).
     """
     if _mode() == "processes":
         if rank == 0:
@@ -81,7 +82,7 @@ def init_rank(rank: int, world: int, port: int) -> None:
                     probe.bind(("127.0.0.1", port))
                 except OSError as exc:
                     if exc.errno == errno.EADDRINUSE:
-                        raise launch.PortInUse(str(exc)) from exc
+                        raise PortInUse(str(exc)) from exc
                     raise
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # this rank process's own setting
         try:
@@ -93,7 +94,7 @@ def init_rank(rank: int, world: int, port: int) -> None:
             )
         except jax.errors.JaxRuntimeError as exc:
             if "Failed to start RPC server" in str(exc):
-                raise launch.PortInUse(str(exc)) from exc
+                raise PortInUse(str(exc)) from exc
             raise
     if jax.device_count() != WORLD:
         raise RuntimeError(f"init_rank: expected {WORLD} devices, got {jax.devices()}")
@@ -149,7 +150,7 @@ def _run(scenario: str, fx: Fixture, variant: str) -> dict:
 
 def main() -> None:
     """Entry point of a rank process: serve jobs until stdin closes (python -m jax_impl._distributed)."""
-    code = launch.serve(init_rank, _run)
+    code = serve(init_rank, _run)
     sys.stderr.flush()
     os._exit(code)  # no interpreter teardown: a peer that is already gone cannot block it
 

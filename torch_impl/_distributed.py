@@ -28,6 +28,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from ..shared.core import launch, runner
 from ..shared.core.fixtures import Fixture
+from ..shared.core.rank import PortInUse, serve
 
 __all__ = ["ranks", "on_ranks", "init_rank", "data_mesh", "shard", "gather_ranks", "rank_gap", "main"]
 
@@ -52,7 +53,7 @@ def on_ranks(scenario: str, fx: Fixture, variant: str) -> dict[str, np.ndarray]:
 def init_rank(rank: int, world: int, port: int) -> None:
     """Join the gloo process group of `world` ranks through tcp://127.0.0.1:port (rank 0 hosts the store).
 
-    Raises shared.core.launch.PortInUse when the port is taken (the launcher retries another).
+    Raises shared.core.rank.PortInUse when the port is taken (the launcher retries another).
     """
     torch.set_num_threads(1)  # WORLD ranks share the cores
     try:
@@ -61,7 +62,7 @@ def init_rank(rank: int, world: int, port: int) -> None:
         )
     except dist.DistNetworkError as exc:
         if "EADDRINUSE" in str(exc):
-            raise launch.PortInUse(str(exc)) from exc
+            raise PortInUse(str(exc)) from exc
         raise
     importlib.import_module("torch._dynamo")  # DDP's constructor imports it (seconds): pay it at start-up, once
 
@@ -110,7 +111,7 @@ def _run(scenario: str, fx: Fixture, variant: str) -> dict:
 
 def main() -> None:
     """Entry point of a rank process: serve jobs until stdin closes (python -m torch_impl._distributed)."""
-    code = launch.serve(init_rank, _run)
+    code = serve(init_rank, _run)
     sys.stderr.flush()
     os._exit(code)  # no interpreter teardown: a peer that is already gone cannot block it
 
