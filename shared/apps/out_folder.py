@@ -105,20 +105,16 @@ class OutputFolder:
     On entering, the target is checked (see `check`) and the temporary folder created, so a refused
     or unwritable folder costs no work. On a clean exit the target is checked again (it may have
     changed during a long run), the marker listing every file written (with its SHA-256) is added,
-    and the new folder replaces the old one in one rename (an exchange on Linux, so the path always
-    holds a whole site); only the files the old marker lists are deleted. A mount point cannot be
-    renamed ("Device or resource busy"): there the temporary folder is made inside the target, and the
-    commit deletes the files the old marker lists, then moves the new ones in, the marker last, with
-    SIGINT and SIGTERM held back. On an exception or an interrupt the temporary folder is removed and
-    the target is left as it was.
+    and the new folder replaces the old one in one rename (an exchange on Linux: the path always holds
+    a whole site); only the files the old marker lists are deleted. A mount point cannot be renamed
+    ("Device or resource busy"): there the temporary folder is inside the target, and the commit
+    deletes the files the old marker lists, then moves the new ones in, the marker last, with SIGINT
+    and SIGTERM held back. On an exception or an interrupt the temporary folder is removed and the
+    target is left as it was.
 
-    Args:
-      path: the folder (absent, empty, or an earlier output of `command`).
-      command: the subcommand that writes it, e.g. "site" (recorded in the marker).
-      option: how the folder is named in messages, e.g. "--out".
-    Raises (on entering and on committing):
-      OutputError: the folder is refused (message: expected, got, why), or an OSError
-        (read-only place, full disk) prevented writing.
+    path: the folder (absent, empty, or an earlier output of `command`, e.g. "site", recorded in the
+    marker); option: how the folder is named in messages ("--out"). Raises OutputError, on entering and
+    on committing: the folder is refused (expected, got, why), or an OSError prevented writing.
     """
 
     def __init__(self, path: Path | str, command: str, option: str = "--out") -> None:

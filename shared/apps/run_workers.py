@@ -130,18 +130,25 @@ def main() -> int:
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args()
     children.follow_parent(args.parent)
-    answers = children.answer_channel()
-    for line in sys.stdin:
-        task = json.loads(line)
-        name, variant, case, dtype, seed = (task[k] for k in ("scenario", "variant", "case", "dtype", "seed"))
-        try:
-            result = run_case(name, variant, dtype, seed=seed, case=case)
-        except Exception:  # run_case reports an implementation's error itself; this is anything else
-            result = CaseResult(
-                name, variant, case, dtype, seed, error=f"{name}[{variant}] {case} {dtype}: " + traceback.format_exc()
+    with children.answer_channel() as answers:
+        for line in sys.stdin:
+            task = json.loads(line)
+            name, variant, case, dtype, seed = (task[k] for k in ("scenario", "variant", "case", "dtype", "seed"))
+            try:
+                result = run_case(name, variant, dtype, seed=seed, case=case)
+            except Exception:  # run_case reports an implementation's error itself; this is anything else
+                result = CaseResult(
+                    name,
+                    variant,
+                    case,
+                    dtype,
+                    seed,
+                    error=f"{name}[{variant}] {case} {dtype}: " + traceback.format_exc(),
+                )
+            answers.write(
+                json.dumps({"index": task["index"], "result": base64.b64encode(pickle.dumps(result)).decode()})
             )
-        answers.write(json.dumps({"index": task["index"], "result": base64.b64encode(pickle.dumps(result)).decode()}))
-        answers.write("\n")
+            answers.write("\n")
     return 0
 
 

@@ -1,7 +1,7 @@
 """Every process the package starts, in one place: start, parent death, Ctrl-C, reaping.
 
 Four kinds of children use it: the ranks of a data-parallel case (shared.core.launch), the workers of
-`run --jobs N` (shared.apps.workers), the bench's measuring process (shared.apps.bench) and selfcheck's
+`run --jobs N` (shared.apps.run_workers), the bench's measuring process (shared.apps.bench) and selfcheck's
 forked pytest runs (shared.apps.selfcheck). It imports no framework: the core's ranks stand on it.
 
   * start: `spawn(argv)` runs a command with this process's sys.path (a checkout or a mutated copy runs
@@ -13,7 +13,7 @@ forked pytest runs (shared.apps.selfcheck). It imports no framework: the core's 
     parent. The signal follows the thread that started the child: start children from a thread that lives
     as long as they do (the main thread, here).
   * Ctrl-C: a child never receives the terminal's SIGINT (its own session); the parent ends its children
-    when its KeyboardInterrupt unwinds (`end`, or `end_all` at exit).
+    when its KeyboardInterrupt unwinds (`end`; at exit, whatever still runs).
   * reaping: `end(children, grace)` closes their stdin, waits up to `grace` s, kills by pid whatever still
     runs and waits for each (no zombie). Only processes this process started, never by name; a copy of a
     Child in a forked process ends nothing.
@@ -41,18 +41,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
-__all__ = [
-    "ORPHANED",
-    "Child",
-    "child_env",
-    "spawn",
-    "fork",
-    "follow_parent",
-    "answer_channel",
-    "readable",
-    "end",
-    "end_all",
-]
+__all__ = ["ORPHANED", "Child", "child_env", "spawn", "fork", "follow_parent", "answer_channel", "readable", "end"]
 
 ORPHANED = 1  # exit status of a child whose parent was gone when it looked
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -133,7 +122,7 @@ class Child:
         try:
             self.popen.stdin.write(line if line.endswith(b"\n") else line + b"\n")  # type: ignore[union-attr]
             self.popen.stdin.flush()  # type: ignore[union-attr]
-        except (BrokenPipeError, OSError, ValueError):
+        except (OSError, ValueError):  # a broken pipe, or one already closed
             return False
         return True
 
@@ -143,9 +132,7 @@ class Child:
         while stream is not None and not stream.closed:
             try:
                 chunk = os.read(stream.fileno(), 1 << 16)
-            except (BlockingIOError, InterruptedError):
-                break
-            except OSError:
+            except OSError:  # nothing more now (EAGAIN), or a closed pipe
                 break
             if not chunk:
                 break
@@ -304,9 +291,9 @@ def end(children: Iterable[Child], grace: float = 0.0) -> None:
         child.close_pipes()
 
 
-def end_all() -> None:
-    """End every child this process started that still runs (registered with atexit)."""
+def _end_all() -> None:
+    """End every child this process started that still runs (at exit)."""
     end([c for c in list(_STARTED) if c.ours and c.returncode is None])
 
 
-atexit.register(end_all)
+atexit.register(_end_all)

@@ -5,7 +5,7 @@ Framework-neutral (no framework, no collective here): the ranks rendezvous among
 (shared.core.children), talks to them over pipes and ends them. Its promises:
 
   * one start serves many cases: `pool(module, world)` keeps one set of ranks per process and
-    configuration, started on first use (the frameworks' import and rendezvous cost seconds);
+    configuration, started on first use (an import and a rendezvous cost seconds);
   * a rank that raises fails the case with its traceback at once, and the whole set is killed (a peer
     may be blocked in a collective that will never complete): the next case starts a fresh one;
   * a rank that does not answer in time fails the case with a RankTimeout naming it;
@@ -15,10 +15,9 @@ Framework-neutral (no framework, no collective here): the ranks rendezvous among
     of a dead owner is removed by the next start (shared.core.owned: by an advisory lock, so a live
     owner in another PID namespace keeps its folder).
 
-Parent side: `Ranks(module, world).start()`, `.run(scenario, fx, variant)`, `.close()`, `pool()`.
-Rank side, and what both sides share: shared.core.rank (`serve`, the fixture files, the errors).
-Wire protocol: one JSON object per line, jobs on each rank's stdin, answers on its stdout; its stderr
-goes to `rank<r>.log` in the set's folder, quoted in error messages.
+Here `Ranks(module, world).start()`, `.run(scenario, fx, variant)`, `.close()`, `pool()`; the rank side
+(`serve`, the fixture files, the errors) is shared.core.rank. Jobs and answers are JSON lines on each
+rank's stdin and stdout; its stderr is `rank<r>.log` in the set's folder, quoted in error messages.
 """
 
 from __future__ import annotations
@@ -51,15 +50,10 @@ _WATCH_S = 0.5  # how often the watcher looks at the ranks of an idle set
 
 
 class Ranks:
-    """`world` processes running `python -m <module>`, serving one job at a time.
+    """`world` processes running `python -m <module>` (whose `__main__` calls rank.serve), one job at a time.
 
-    Args:
-      module: the rank entry point, a module whose `__main__` calls `serve(init, run)`.
-      world: number of ranks (processes).
-      env: extra environment variables of the ranks.
-      ports: callable giving the next rendezvous port to try (default `free_port`).
-      attempts: ports tried before giving up when a rank reports PortInUse.
-      start_timeout: seconds for every rank to be ready.
+    env: extra environment variables of the ranks; ports: gives the next rendezvous port to try; attempts:
+    ports tried while a rank reports PortInUse; start_timeout: seconds for every rank to be ready.
     """
 
     def __init__(
@@ -104,11 +98,8 @@ class Ranks:
 
     # -- start ---------------------------------------------------------------------------------
     def start(self) -> Ranks:
-        """Start the ranks and wait until each has rendezvoused; returns self.
-
-        Raises RankError (a rank failed to start: its traceback), RankTimeout (a rank not ready
-        within start_timeout, named) or RankError after `attempts` ports found in use.
-        """
+        """Start the ranks and wait until each has rendezvoused; returns self. Raises RankError (a rank failed
+        to start: its traceback; or `attempts` ports found in use), RankTimeout (a rank not ready, named)."""
         if self.procs:
             raise RankError(f"{self.label}: already started (pids {self.pids})")
         self._folder = OwnedFolder(PREFIX)  # sweeps the folders of dead owners first
@@ -230,14 +221,10 @@ class Ranks:
 
     def _errors(self, replies: Sequence[dict], ranks: Sequence[int], what: str) -> str:
         pending = [r for r in ranks if replies[r].get("pending")]
-        ranks = [r for r in ranks if not replies[r].get("pending")]
-        parts = [f"{self.label}: rank {r} {what}:\n{replies[r].get('error', '?')}" for r in ranks]
-        if pending:
-            parts.append(f"(rank(s) {pending} had not answered yet; ended with the others)")
-        for r in ranks:
-            if "before answering" in str(replies[r].get("error", "")):
-                parts.append(f"--- rank {r} log (tail) ---\n{self._log(r)}")
-        return "\n".join(parts)
+        parts = [f"{self.label}: rank {r} {what}:\n{replies[r].get('error', '?')}" for r in ranks if r not in pending]
+        parts += [f"(rank(s) {pending} had not answered yet; ended with the others)"] if pending else []
+        died = [r for r in ranks if "before answering" in str(replies[r].get("error", ""))]
+        return "\n".join(parts + [f"--- rank {r} log (tail) ---\n{self._log(r)}" for r in died])
 
     def _log(self, rank: int) -> str:
         try:
@@ -283,7 +270,7 @@ def _first(lines: list[bytes], wanted: Callable[[dict], bool]) -> dict | None:
     return None
 
 
-def _failed(message: dict) -> bool:
+def _failed(message: dict) -> bool:  # a rank's error, or a start-up that failed
     return message.get("ok") is False or message.get("ready") is False
 
 

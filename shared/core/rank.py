@@ -17,6 +17,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
@@ -76,8 +77,11 @@ def serve(init: Callable[[int, int, int], None], run: Callable[[str, Fixture, st
         parser.add_argument(f"--{name}", type=int, required=True)
     args = parser.parse_args()
     children.follow_parent(args.parent)
-    answers = children.answer_channel()
+    with children.answer_channel() as answers:
+        return _serve(args, answers, init, run)
 
+
+def _serve(args: argparse.Namespace, answers: IO[str], init: Callable, run: Callable) -> int:
     def answer(**message) -> None:
         answers.write(json.dumps(message) + "\n")
         answers.flush()
