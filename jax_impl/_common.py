@@ -114,7 +114,7 @@ def numpy(x) -> np.ndarray:
 def flat(tree: Mapping) -> dict[str, np.ndarray]:
     """A nested dict or nnx.State as a flat dict keyed by '/'-joined paths."""
     if isinstance(tree, nnx.State):
-        return {"/".join(map(str, path)): numpy(v.get_value()) for path, v in tree.flat_state()}
+        return {"/".join(map(str, path)): numpy(v.get_value()) for path, v in nnx.to_flat_state(tree)}
     out = {}
     for k, v in tree.items():
         if isinstance(v, Mapping):
@@ -140,7 +140,7 @@ def load_params(model: nnx.Module, params: Mapping[str, np.ndarray]) -> nnx.Modu
     """
     state = nnx.state(model, nnx.Param)
     seen = set()
-    for path, var in state.flat_state():
+    for path, var in nnx.to_flat_state(state):
         key = "/".join(map(str, path))
         if key not in params:
             raise KeyError(f"load_params: no array for parameter {key!r}; given {sorted(params)}")

@@ -5,6 +5,7 @@ A scenario's `run(fx, variant)` calls `on_ranks`: the case runs in a separate pr
 over WORLD = 2 devices, in one of two modes chosen by DETACH_PARITY_JAX_RANKS:
   "processes" (default): two processes, `jax.distributed.initialize(coordinator_address=
       "127.0.0.1:PORT", num_processes=2, process_id=i)` with gloo CPU collectives, one device each;
+      the coordinator and gloo listen on 127.0.0.1 only (by default on every interface, unauthenticated);
   "devices": one process with XLA_FLAGS=--xla_force_host_platform_device_count=2 (the quick path:
       the same program over two devices of one host, no rendezvous).
 Every process calls the scenario's `run_rank(fx, variant)`; process 0's outputs are the case's.
@@ -33,6 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..shared.core import launch, runner
 from ..shared.core.fixtures import Fixture
+from ..shared.core.rank import PortInUse, serve
 
 __all__ = ["ranks", "on_ranks", "init_rank", "data_mesh", "shard", "gather_ranks", "rank_gap", "main"]
 
@@ -72,7 +74,7 @@ def init_rank(rank: int, world: int, port: int) -> None:
     """Join the `world` processes through the coordinator on 127.0.0.1:port (process 0 hosts it), gloo collectives.
 
     In "devices" mode (world 1) there is nothing to join. Either way WORLD devices must be visible.
-    Raises shared.core.launch.PortInUse when the port is taken (the launcher retries another).
+    Raises shared.core.rank.PortInUse when the port is taken (the launcher retries another).
     """
     if _mode() == "processes":
         if rank == 0:
@@ -81,22 +83,42 @@ def init_rank(rank: int, world: int, port: int) -> None:
                     probe.bind(("127.0.0.1", port))
                 except OSError as exc:
                     if exc.errno == errno.EADDRINUSE:
-                        raise launch.PortInUse(str(exc)) from exc
+                        raise PortInUse(str(exc)) from exc
                     raise
         jax.config.update("jax_cpu_collectives_implementation", "gloo")  # this rank process's own setting
         try:
             jax.distributed.initialize(
                 coordinator_address=f"127.0.0.1:{port}",
+                coordinator_bind_address=f"127.0.0.1:{port}",  # the default, [::]:port, is every interface
                 num_processes=world,
                 process_id=rank,
                 initialization_timeout=120,
             )
         except jax.errors.JaxRuntimeError as exc:
             if "Failed to start RPC server" in str(exc):
-                raise launch.PortInUse(str(exc)) from exc
+                raise PortInUse(str(exc)) from exc
             raise
+        _loopback_collectives()
     if jax.device_count() != WORLD:
         raise RuntimeError(f"init_rank: expected {WORLD} devices, got {jax.devices()}")
+
+
+def _loopback_collectives() -> None:
+    # Gloo's pairs listen on the address the host name resolves to (a container's own address, say),
+    # and jax 0.10 has no public setting for it: before its first use, this rank process's CPU backend
+    # is registered again with gloo collectives made on 127.0.0.1. Where these private names moved,
+    # the default stays (tests/test_dp_listen.py checks every listening socket of the ranks).
+    try:
+        from jax._src import distributed, xla_bridge
+        from jax._src.lib import _jax
+
+        collectives = _jax.make_gloo_tcp_collectives(
+            distributed_client=distributed.global_state.client, hostname="127.0.0.1"
+        )
+        factory = functools.partial(xla_bridge.make_cpu_client, collectives=collectives)
+        xla_bridge.register_backend_factory("cpu", factory, priority=0, fail_quietly=False)
+    except (ImportError, AttributeError, TypeError):
+        pass
 
 
 @functools.cache
@@ -149,7 +171,7 @@ def _run(scenario: str, fx: Fixture, variant: str) -> dict:
 
 def main() -> None:
     """Entry point of a rank process: serve jobs until stdin closes (python -m jax_impl._distributed)."""
-    code = launch.serve(init_rank, _run)
+    code = serve(init_rank, _run)
     sys.stderr.flush()
     os._exit(code)  # no interpreter teardown: a peer that is already gone cannot block it
 

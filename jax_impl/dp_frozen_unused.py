@@ -92,7 +92,7 @@ def _loss(model, x, y, t):
 def _step(model: Model, optimizer: nnx.Optimizer, x: jax.Array, y: jax.Array, t: jax.Array):
     diff = nnx.DiffState(0, TRAINABLE)  # GRAD-FLOW: the frozen backbone gets no gradient
     loss, grads = nnx.value_and_grad(_loss, argnums=diff)(model, x, y, t)
-    optimizer.update(model, grads.filter(HEAD))
+    optimizer.update(model, nnx.filter_state(grads, HEAD))
     return loss, grads
 
 
@@ -117,7 +117,7 @@ def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
     out = {"loss": np.asarray(loss0)}
     out.update({f"grads/{k}": g for k, g in grads0.items()})
     out.update({f"moved/{k}": after[k] - before[k] for k in after})
-    state = {"/".join(map(str, path)): v.get_value() for path, v in nnx.state(model, nnx.Param).flat_state()}
+    state = {"/".join(map(str, path)): v.get_value() for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
     out.update({f"rank_gap/{k}": g for k, g in rank_gap(state).items()})
     out["steps_done"] = np.array(done)
     return out

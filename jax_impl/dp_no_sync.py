@@ -160,7 +160,7 @@ def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
 
 
 def _leaves(state) -> dict:
-    return {"/".join(map(str, path)): v.get_value() for path, v in state.flat_state()}
+    return {"/".join(map(str, path)): v.get_value() for path, v in nnx.to_flat_state(state)}
 
 
 @scenario_run("dp_no_sync")

@@ -16,7 +16,7 @@ import socket
 import time
 
 import numpy as np
-from detach_parity.shared.core import launch
+from detach_parity.shared.core.rank import PortInUse, serve
 
 _STATE: dict = {}
 
@@ -29,7 +29,7 @@ def init(rank: int, world: int, port: int) -> None:
             sock.bind(("127.0.0.1", port))
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise launch.PortInUse(str(exc)) from exc
+                raise PortInUse(str(exc)) from exc
             raise
         sock.listen()
         _STATE["socket"] = sock  # held for the life of the rank, like a coordinator
@@ -49,4 +49,4 @@ def run(scenario: str, fx, variant: str) -> dict:
 
 
 if __name__ == "__main__":
-    os._exit(launch.serve(init, run))
+    os._exit(serve(init, run))

@@ -526,22 +526,21 @@ def test_site_refuses_a_bench_file_with_a_bad_field_before_any_page(
 
 
 def test_a_failed_measuring_process_exits_1_and_keeps_the_previous_json(monkeypatch, tmp_path, capsys) -> None:
-    class Failed:
-        def __init__(self, cmd, **kw) -> None:
-            pass
+    import sys
 
-        def wait(self) -> int:
-            return 3
+    from detach_parity.shared.core import children
 
-        def poll(self) -> int:
-            return 3
+    spawn = children.spawn
+
+    def failing(argv, name, **kw):  # a real measuring process that fails at once
+        return spawn([sys.executable, "-c", "raise SystemExit(3)"], name, **kw)
 
     previous = tmp_path / "bench.json"
     previous.write_text('{"kept": true, "versions": {"jax": "0.10.2"}}\n', encoding="utf-8")  # an earlier report
-    monkeypatch.setattr(bench.cli.subprocess, "Popen", Failed)
+    monkeypatch.setattr(bench.cli.children, "spawn", failing)
     assert cli.main(["bench", "basics", "--quiet", "--json", str(previous)]) == 1
     err = " ".join(capsys.readouterr().err.split())
-    assert "the measuring process failed with exit code 3" in err and "was left as it was" in err
+    assert "the measuring process exited with code 3" in err and "was left as it was" in err
     assert json.loads(previous.read_text(encoding="utf-8"))["kept"] is True
 
 
@@ -580,7 +579,7 @@ def test_a_worker_whose_parent_is_already_gone_exits_at_once() -> None:
     import subprocess
     import sys
 
-    code = "import time, detach_parity.shared.apps.bench.worker as w; w.exit_with_parent(-1); time.sleep(30)"  # -1: never our parent
+    code = "import time, detach_parity.shared.core.children as c; c.follow_parent(-1); time.sleep(30)"  # -1: never our parent
     root = Path(__file__).resolve().parent.parent
     assert subprocess.run([sys.executable, "-c", code], cwd=root, timeout=20, check=False).returncode == 1
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 
-from detach_parity.shared.apps import cli
-from detach_parity.shared.apps import run as run_app
+from detach_parity.shared.apps import cli, run_workers
 from detach_parity.shared.core import runner
 
 TIMING = {"seconds"}
@@ -63,9 +62,9 @@ def test_two_jobs_run_the_data_parallel_family_in_the_parent_after_the_workers(m
         parent.append(name)
         return (name, variant, case, dtype)
 
-    monkeypatch.setattr(run_app, "run_case", in_parent)
+    monkeypatch.setattr(run_workers, "run_case", in_parent)
     advanced = []
-    results = run_app._run_in_processes(cases, 0, 2, advanced.append)
+    results = run_workers.run_in_processes(cases, 0, 2, advanced.append)
     assert sum(advanced) == len(cases) and advanced[-1] == 1  # the family's cases last, one at a time
     assert set(parent) == {"dp_no_sync"} and len(parent) == sum(s.family == "data_parallel" for s, *_ in cases) > 0
     for (spec, variant, case, dtype), r in zip(cases, results, strict=True):

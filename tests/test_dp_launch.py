@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from detach_parity.shared.core import fixtures, launch, registry
+from detach_parity.shared.core import fixtures, launch, rank, registry
 
 ROOT = Path(__file__).resolve().parents[1]
 RANK = "_launch_rank"
@@ -67,7 +67,7 @@ def test_ranks_answer_jobs_and_close_without_leftovers(ranks, fx) -> None:
 
 
 def _meta(fx, folder: Path) -> dict:
-    return launch.save_fixture(fx, folder / "given.npz")
+    return rank.save_fixture(fx, folder / "given.npz")
 
 
 def test_a_rank_that_raises_fails_the_job_with_its_error_and_nothing_hangs(ranks, fx) -> None:
@@ -100,7 +100,7 @@ def test_a_port_in_use_is_retried_on_another() -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         taken = busy.getsockname()[1]
-        offered = iter([taken, launch.free_port()])
+        offered = iter([taken, rank.free_port()])
         with launch.Ranks(RANK, 2, ports=lambda: next(offered)) as ranks:
             assert ranks.ports_tried[0] == taken and ranks.port == ranks.ports_tried[1] != taken
             assert ranks.alive
@@ -132,6 +132,67 @@ def test_a_killed_parent_leaves_no_orphan() -> None:
     assert not Path(folder).exists()
 
 
+def test_a_set_whose_rank_dies_while_idle_is_closed_and_its_folder_removed() -> None:
+    """Issue 28 item 3: the surviving rank lived on (blocked on its stdin) and the folder stayed in /tmp
+    until the parent exited; nobody would have asked the set for a job again."""
+    ranks = launch.Ranks(RANK, 2).start()
+    pids, folder = ranks.pids, ranks.dir
+    try:
+        os.kill(pids[1], signal.SIGKILL)  # while no job runs
+        assert not _wait_gone(pids), f"rank {pids[0]} outlived its dead peer"
+        end = time.monotonic() + 10
+        while folder.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not folder.exists() and not ranks.alive
+    finally:
+        ranks.close()
+
+
+def _holder(code: str) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), str(ROOT.parent), str(ROOT)])}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT, text=True
+    )
+    return proc, proc.stdout.readline().strip()
+
+
+def _dead_pid() -> int:
+    """A pid no process has in this namespace now (one that just exited and was reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_live_owner_in_another_pid_namespace_keeps_its_folder() -> None:
+    """Issue 28 item 2: the sweep took a folder's owner for dead when its pid was not alive in this PID
+    namespace, so a run in another container sharing /tmp had its live folder deleted. Liveness is the
+    owner's advisory lock now: a real second process owns a set of ranks, its folder is renamed to carry
+    a pid that means nothing here (as it would seen from another namespace), and the sweep keeps it until
+    the owner is killed."""
+    code = (
+        "import sys\n"
+        "from detach_parity.shared.core import launch\n"
+        f"r = launch.Ranks({RANK!r}, 1).start()\n"
+        "print(r.dir, flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    owner, path = _holder(code)
+    try:
+        folder = Path(path)
+        assert folder.is_dir() and folder.name.startswith(f"{launch.PREFIX}{owner.pid}-")
+        elsewhere = folder.with_name(f"{launch.PREFIX}{_dead_pid()}-{folder.name.rsplit('-', 1)[1]}")
+        folder.rename(elsewhere)
+        launch.Ranks(RANK, 1).start().close()  # each start sweeps the folders of dead owners
+        assert elsewhere.is_dir() and (elsewhere / "rank0.log").exists(), "a live owner's folder was deleted"
+    finally:
+        owner.kill()  # SIGKILL: no atexit, no close; the kernel drops the lock
+        owner.wait(timeout=30)
+        owner.stdin.close()
+        owner.stdout.close()
+    launch.Ranks(RANK, 1).start().close()
+    assert not elsewhere.exists()  # its owner is gone now: swept
+
+
 def test_pool_reuses_running_ranks_and_replaces_failed_ones(fx) -> None:
     first = launch.pool(RANK, 2)
     second = first
@@ -147,15 +208,15 @@ def test_pool_reuses_running_ranks_and_replaces_failed_ones(fx) -> None:
 
 
 def test_fixture_round_trip_and_bad_arguments(tmp_path, fx) -> None:
-    meta = launch.save_fixture(fx, tmp_path / "f.npz")
-    back = launch.load_fixture(meta)
+    meta = rank.save_fixture(fx, tmp_path / "f.npz")
+    back = rank.load_fixture(meta)
     assert (back.scenario, back.dtype, back.seed, back.case) == (SCENARIO, "float64", 0, fx.case)
     for key in fx:
         np.testing.assert_array_equal(back[key], fx[key])  # exact: saved and loaded, untouched
     with pytest.raises(
         ValueError, match="save_fixture: fx expected a detach_parity.shared.core.fixtures.Fixture, got dict"
     ):
-        launch.save_fixture({"x": np.zeros(2)}, tmp_path / "g.npz")
+        rank.save_fixture({"x": np.zeros(2)}, tmp_path / "g.npz")
     with pytest.raises(ValueError, match="world expected an int >= 1, got 0"):
         launch.Ranks(RANK, 0)
 
@@ -172,7 +233,7 @@ def test_real_ranks_retry_a_taken_port_and_report_a_rank_error(module: str, mode
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         taken = busy.getsockname()[1]
-        offered = iter([taken, launch.free_port()])
+        offered = iter([taken, rank.free_port()])
         with launch.Ranks(module, 2, env=env, ports=lambda: next(offered)) as ranks:
             assert ranks.ports_tried[0] == taken and ranks.port != taken
             pids = ranks.pids

@@ -2,7 +2,9 @@
 
 A scenario's `run(fx, variant)` calls `on_ranks`: the case runs on WORLD = 2 processes
 (`python -m torch_impl._distributed`, started once per process by shared.core.launch and reused),
-each joined to one gloo process group through a TCP rendezvous on 127.0.0.1; every rank calls the
+each joined to one gloo process group through a TCPStore on 127.0.0.1 (rank 0 binds it itself: the
+store alone would listen on every interface, unauthenticated) and gloo on the loopback interface
+(GLOO_SOCKET_IFNAME); every rank calls the
 scenario's `run_rank(fx, variant)` on the same fixture, and rank 0's outputs are the case's.
 Inside a rank: `data_mesh()` is the 1-D DeviceMesh "data" (DDP's `device_mesh=`), `shard` gives
 this rank's rows of a batch, `gather_ranks` / `rank_gap` compare a value across the ranks
@@ -14,9 +16,11 @@ Reference: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Dat
 
 from __future__ import annotations
 
+import errno
 import functools
 import importlib
 import os
+import socket
 import sys
 from collections.abc import Mapping
 from datetime import timedelta
@@ -28,6 +32,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from ..shared.core import launch, runner
 from ..shared.core.fixtures import Fixture
+from ..shared.core.rank import PortInUse, serve
 
 __all__ = ["ranks", "on_ranks", "init_rank", "data_mesh", "shard", "gather_ranks", "rank_gap", "main"]
 
@@ -37,7 +42,13 @@ COLLECTIVE_TIMEOUT = timedelta(seconds=120)  # a collective whose peer never com
 
 def ranks() -> launch.Ranks:
     """The running torch ranks of this process (WORLD processes), started on first use."""
-    return launch.pool(__name__, WORLD, env={"OMP_NUM_THREADS": "1"})
+    return launch.pool(__name__, WORLD, env={"OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": _loopback()})
+
+
+def _loopback() -> str:
+    """The name of the loopback interface ("lo" on Linux, "lo0" on macOS): gloo's pairs listen there only."""
+    names = [name for _, name in socket.if_nameindex()]
+    return next((name for name in ("lo", "lo0") if name in names), "lo")
 
 
 def on_ranks(scenario: str, fx: Fixture, variant: str) -> dict[str, np.ndarray]:
@@ -50,19 +61,24 @@ def on_ranks(scenario: str, fx: Fixture, variant: str) -> dict[str, np.ndarray]:
 
 
 def init_rank(rank: int, world: int, port: int) -> None:
-    """Join the gloo process group of `world` ranks through tcp://127.0.0.1:port (rank 0 hosts the store).
+    """Join the gloo process group of `world` ranks through the TCPStore on 127.0.0.1:port (rank 0 hosts it).
 
-    Raises shared.core.launch.PortInUse when the port is taken (the launcher retries another).
+    Raises shared.core.rank.PortInUse when the port is taken (the launcher retries another).
     """
     torch.set_num_threads(1)  # WORLD ranks share the cores
-    try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT
-        )
-    except dist.DistNetworkError as exc:
-        if "EADDRINUSE" in str(exc):
-            raise launch.PortInUse(str(exc)) from exc
-        raise
+    listener = None
+    if rank == 0:  # the store's own server binds every interface: it is handed a socket bound to loopback
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            listener.bind(("127.0.0.1", port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(str(exc)) from exc
+            raise
+        listener.listen()
+    fd = None if listener is None else listener.detach()  # the store owns the socket from here on
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, COLLECTIVE_TIMEOUT, master_listen_fd=fd)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
     importlib.import_module("torch._dynamo")  # DDP's constructor imports it (seconds): pay it at start-up, once
 
 
@@ -110,7 +126,7 @@ def _run(scenario: str, fx: Fixture, variant: str) -> dict:
 
 def main() -> None:
     """Entry point of a rank process: serve jobs until stdin closes (python -m torch_impl._distributed)."""
-    code = launch.serve(init_rank, _run)
+    code = serve(init_rank, _run)
     sys.stderr.flush()
     os._exit(code)  # no interpreter teardown: a peer that is already gone cannot block it
 

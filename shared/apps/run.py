@@ -8,21 +8,16 @@ Exit status of run: 0 every case passed, 1 any mismatch or error, 2 bad argument
 message lists the valid names) or a JSON file that could not be written (a previous file
 there is left as it was), 130 interrupted (no JSON written). The JSON is written before
 the table, so a closed stdout (`| head -1`) cannot lose it. `--jobs N` runs the scenarios in N
-fresh (spawned) processes, one scenario at a time each, and then the data_parallel family in this
-process (its ranks need the CPUs); the results and the JSON are the same as with one job.
+fresh processes (shared.apps.run_workers), one scenario at a time each, and then the data_parallel
+family in this process (its ranks need the CPUs); the results and the JSON are the same as with one
+job, and a worker that dies fails only the case it was running.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
-import multiprocessing
 import os
-import signal
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from rich.console import Console
@@ -31,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..core import registry
-from ..core.runner import CaseResult, iter_cases, run_case
+from ..core.runner import iter_cases, run_case
 from ..core.schema import FLOAT_DTYPES
 from .common import (
     EXIT_FAILED,
@@ -47,6 +42,7 @@ from .common import (
     versions,
     write_json,
 )
+from .run_workers import run_in_processes
 
 __all__ = ["results_table", "cmd_run", "cmd_list", "add_run", "add_list", "MAX_JOBS"]
 
@@ -136,7 +132,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
                 check_interrupted()  # run_case reports errors as results; an interrupt must stop the run
                 progress.advance(task)
         else:
-            results = _run_in_processes(cases, args.seed, args.jobs, lambda n: progress.advance(task, n))
+            results = run_in_processes(cases, args.seed, args.jobs, lambda n: progress.advance(task, n))
         elapsed = time.perf_counter() - start
         failed = [r for r in results if not r.ok]
         written = _write_results(args, results, failed, elapsed)  # before any output: a closed stdout cannot lose it
@@ -154,78 +150,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if not written:
         return EXIT_USAGE
     return EXIT_FAILED if failed else EXIT_OK
-
-
-def _run_group(seed: int, group: list[tuple[int, str, str, str, str]]) -> list[tuple[int, object]]:
-    """One process's share: (index, CaseResult) for each (index, scenario, variant, case, dtype)."""
-    return [(i, run_case(name, variant, dtype, seed=seed, case=case)) for i, name, variant, case, dtype in group]
-
-
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def _worker_init() -> None:
-    # the parent alone answers Ctrl-C (it ends the workers): a worker's KeyboardInterrupt traceback is noise
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # a worker must not outlive its parent (SIGTERM, SIGKILL, a crash): Linux's parent-death signal
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    # a parent that died before the line above sends no signal: look once, now that any later death will
-    parent = multiprocessing.parent_process()
-    if parent is not None and os.getppid() != parent.pid:
-        os._exit(1)
-    # the fixtures are far below torch's intra-op grain size: its OpenMP threads would only spin against the
-    # other worker's (measured: the scenarios family 17.8 s → 15.0 s); set before the worker imports torch
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-def _lost(items: list, seed: int, why: str) -> list[tuple[int, CaseResult]]:
-    return [(i, CaseResult(name, variant, case, dtype, seed, error=why)) for i, name, variant, case, dtype in items]
-
-
-def _run_in_processes(cases: list, seed: int, jobs: int, advance) -> list:
-    """run_case for every case: scenarios in `jobs` spawned processes, results in the order of `cases`.
-
-    One task per scenario, the largest first so that the processes finish together. Spawned, never forked:
-    the parent may hold JAX's and torch's threads. The data_parallel family runs here afterwards, alone: its
-    ranks are processes of their own whose collectives poll, and beside two workers on two cores they starve
-    (measured: the whole run 147 s with the family in a worker, against 87 s in one process). A worker that
-    dies (killed, out of memory, a crash in native code) fails the cases it had, by name, with the reason;
-    Ctrl-C ends the workers and raises KeyboardInterrupt here.
-    """
-    groups: dict[str, list] = {}
-    alone = []
-    for i, (spec, variant, case, dtype) in enumerate(cases):
-        item = (i, spec.name, variant, case, dtype)
-        (alone if spec.family == "data_parallel" else groups.setdefault(spec.name, [])).append(item)
-    ordered = sorted(groups.values(), key=len, reverse=True)
-    results: list = [None] * len(cases)
-    if ordered:
-        before = set(multiprocessing.active_children())  # the caller's own children are not ours to end
-        context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(min(jobs, len(ordered)), mp_context=context, initializer=_worker_init)
-        try:
-            futures = {pool.submit(_run_group, seed, group): group for group in ordered}
-            for future in as_completed(futures):
-                try:
-                    done = future.result()
-                except BrokenProcessPool as exc:
-                    done = _lost(futures[future], seed, f"the worker process running it died ({exc})")
-                for i, result in done:
-                    results[i] = result
-                advance(len(done))
-                check_interrupted()
-        except BaseException:
-            for child in set(multiprocessing.active_children()) - before:
-                child.terminate()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-    for item in alone:
-        [(i, results[i])] = _run_group(seed, [item])
-        check_interrupted()
-        advance(1)
-    return results
 
 
 def _write_results(args: argparse.Namespace, results: list, failed: list, elapsed: float) -> bool:

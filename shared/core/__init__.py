@@ -10,6 +10,9 @@
     contracts  the run(fx, variant) contract of both implementations
     runner     the loader of the implementations and one case run end to end
     toys       toy arrays of the tutorial-claim checks
+    children   every process the package starts: start, parent death, Ctrl-C, reaping
+    owned      temporary folders whose owner's life is an advisory lock (any PID namespace)
+    launch     the ranks of a data-parallel case, started, handed jobs, ended (rank: their side)
 
 It imports neither torch nor JAX nor any application (an import-linter contract in
 `make test`); the runner and the registry load implementations and records by name.

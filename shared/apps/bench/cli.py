@@ -1,6 +1,7 @@
 """`detach-parity bench`: its arguments, the start of the measuring process, the JSON and the tables.
 
-The measuring runs in a fresh interpreter (shared.apps.bench.worker) so that its CPU affinity
+The measuring runs in a fresh interpreter (shared.apps.bench.worker, started through
+shared.core.children: it follows this process and is ended with it) so that its CPU affinity
 and thread counts are set before torch or JAX start. This process checks the arguments
 before anything is measured, picks the threads (by default the CPUs idle when it starts:
 torch's threads on a core that another process keeps busy turned millisecond steps into
@@ -13,7 +14,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ...core import registry
+from ...core import children, registry
 from ..common import UsageError, bounded_int, json_path, positive_int, print_error, versions, write_json
 from .payload import check_payload
 from .sizes import SIZES
@@ -126,21 +126,20 @@ def run(
         "budget_s": float(budget_s),
         "budget_end": start + budget_s,
     }
-    previous = signal.signal(signal.SIGTERM, _terminated)  # so that `finally` stops the worker
+    previous = signal.signal(signal.SIGTERM, _terminated)  # so that `finally` ends the worker
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bench.json"
             cmd = [sys.executable, "-m", __package__, "--worker", json.dumps(config), str(out)]
-            proc = subprocess.Popen(cmd, cwd=Path(__file__).resolve().parents[3])
+            worker = children.spawn(cmd, "bench worker", cwd=Path(__file__).resolve().parents[3])
             try:
-                code = proc.wait()
+                code = worker.wait()
             finally:
-                if proc.poll() is None:
-                    proc.terminate()
-                    proc.wait()
+                children.end([worker])  # Ctrl-C, SIGTERM, an error: killed and reaped, never left measuring
             if code != 0 or not out.exists():
-                how = f"was killed by signal {-code}" if code < 0 else f"failed with exit code {code}"
-                raise RuntimeError(f"bench: the measuring process {how} (its messages, if any, are above)")
+                raise RuntimeError(
+                    f"bench: the measuring process {worker.exit_text()} (its messages, if any, are above)"
+                )
             return json.loads(out.read_text(encoding="utf-8"))
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -13,11 +13,10 @@ import datetime
 import json
 import os
 import platform
-import threading
 import time
 from collections.abc import Mapping
 
-from ...core import registry
+from ...core import children, registry
 from ...core.fixtures import make
 from ..backends import backend
 from ..check import bench_one_million
@@ -29,7 +28,7 @@ from .steps import compile_allowed, overhead, step_row
 from .timing import MIN_ROUNDS, NOISY, Budget
 from .truncation import tbptt_points, tbptt_repeats, tbptt_section
 
-__all__ = ["WEIGHTS", "SPENT", "available_cpus", "exit_with_parent", "pin", "main"]
+__all__ = ["WEIGHTS", "SPENT", "available_cpus", "pin", "main"]
 
 # each phase's share of the budget left when it starts (phases absent from a run drop out)
 WEIGHTS = {"overhead": 0.02, "scenarios": 0.3, "freezing": 0.1, "tbptt": 0.15, "port_check": 0.13, "large": 0.3}
@@ -54,17 +53,6 @@ def pin(threads: int) -> list[int]:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(threads)
     return cpus
-
-
-def exit_with_parent(parent: int) -> None:
-    """End this worker when the process that started it is gone (killed, say): never orphaned."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
 
 
 def _cpu_model() -> str:
@@ -135,7 +123,7 @@ def _rows(names, section, sizes, repeats, budget, progress, errors, skipped) -> 
 
 def main(config: Mapping, out_path: str) -> None:
     """Measure in this fresh interpreter and write the payload as JSON to out_path."""
-    exit_with_parent(config["parent"])  # the pid the parent sent: it may be gone before this line runs
+    children.follow_parent(config["parent"])  # the pid the parent sent: it may be gone before this line runs
     cpus_available = len(available_cpus())
     cpus = pin(config["threads"])
     budget_s = config["budget_end"] - time.time()  # the budget counts from the command's start
