@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from detach_parity.shared.apps import cli, show, site
+from detach_parity.shared.apps import blocks, cli, site
 from detach_parity.shared.apps.common import MARKER
 from detach_parity.shared.apps.site import figures
 from detach_parity.shared.core import registry
@@ -90,8 +90,8 @@ def test_index_verdicts_claims_and_cheat_sheet(built) -> None:
 
 def test_scenario_page_aligns_code_and_marks_grad_flow(built) -> None:
     html = (built / "basics.html").read_text(encoding="utf-8")
-    rows = show.aligned_rows("basics")
-    assert [r.name for r in rows] == [show.HEADER, "forward", "loss_via_z", "loss_total", "make_step", "run"]
+    rows = blocks.aligned_rows("basics")
+    assert [r.name for r in rows] == [blocks.HEADER, "forward", "loss_via_z", "loss_total", "make_step", "run"]
     assert html.count('class="cell torch"') == html.count('class="cell jax"') == len(rows)
     tags = sum(
         len(re.findall(r"#\s*GRAD-FLOW:", (ROOT / f"{fw}_impl" / "basics.py").read_text(encoding="utf-8")))
@@ -106,7 +106,7 @@ def test_templates_escape_registry_text() -> None:
     spec = dataclasses.replace(
         registry.get("basics"), title="<script>alert(1)</script>", lesson="a < b & `x<y>`", source="A1 <b>"
     )
-    page = site.Page(spec, [], show.aligned_rows("basics"))
+    page = site.Page(spec, [], blocks.aligned_rows("basics"))
     env = site.environment()
     for html in (site.render_index(env, [page]), site.render_scenario(env, page)):
         assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
@@ -156,15 +156,15 @@ def test_site_marks_a_failing_case_and_exits_1(monkeypatch, tmp_path, capsys) ->
 
 def test_split_blocks_keeps_private_helpers_with_their_user() -> None:
     src = '"""doc."""\n\nimport x\n\nK = 1\n\n\ndef _h():\n    pass\n\n\ndef f():\n    pass\n\n\n_g = 2\n\n\n@dec\nclass C:\n    pass\n'
-    blocks = show.split_blocks(src)
-    assert [(b.name, b.start, len(b.lines)) for b in blocks] == [
-        (show.HEADER, 1, 5),
+    cut = blocks.split_blocks(src)
+    assert [(b.name, b.start, len(b.lines)) for b in cut] == [
+        (blocks.HEADER, 1, 5),
         ("f", 8, 6),
         ("C", 16, 6),
     ]
-    rows = show.align(blocks, [blocks[0], blocks[2], show.Block("extra", 1, ("def extra(): ...",))])
+    rows = blocks.align(cut, [cut[0], cut[2], blocks.Block("extra", 1, ("def extra(): ...",))])
     assert [(r.name, r.torch is not None, r.jax is not None) for r in rows] == [
-        (show.HEADER, True, True),
+        (blocks.HEADER, True, True),
         ("f", True, False),
         ("C", True, True),
         ("extra", False, True),

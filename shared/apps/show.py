@@ -3,24 +3,20 @@
     detach-parity show SCENARIO [--variant V] [--seed N]
 
 The two implementations are cut into blocks at their top-level definitions and
-aligned by name: the module header, then each public function / class (same
-names in the same order by contract; a private helper travels with the public
-definition that follows it). Lines tagged `# GRAD-FLOW:` are marked (❱ in the
-gutter, highlighted background). Then the lesson, the porting notes, the
-expected zero / non-zero pattern and a fresh parity run of the scenario's cases.
+aligned by name (shared/apps/blocks.py: the module header, then each public
+function / class; a private helper travels with the public definition that follows
+it). Lines tagged `# GRAD-FLOW:` are marked (❱ in the gutter, highlighted
+background). Then the lesson, the porting notes, the expected zero / non-zero
+pattern and a fresh parity run of the scenario's cases.
 
-`split_blocks` / `align` are shared with the static site (shared/site.py).
+`run_cases`, `parity_rtol` and `fmt_err` are shared with the static site (shared/apps/site/).
 Exit status: 0 every case passed, 1 a case failed, 2 unknown scenario / variant.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
-import difflib
-import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -30,133 +26,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core import registry
-from ..core.parity import tolerance_for
+from ..core.lessons import FRAMEWORKS
 from ..core.records import Scenario
-from ..core.runner import FRAMEWORKS, iter_cases, run_case, source_path
+from ..core.runner import iter_cases, run_case
+from ..core.tolerance import tolerance_for
+from .blocks import Block, Row, aligned_rows
 from .common import UsageError, check_interrupted, failure_line, non_negative_int
 
-__all__ = [
-    "FRAMEWORKS",
-    "GRAD_FLOW",
-    "Block",
-    "Row",
-    "split_blocks",
-    "align",
-    "run_cases",
-    "parity_rtol",
-    "fmt_err",
-    "render",
-    "add_parser",
-]
-
-GRAD_FLOW = re.compile(r"#\s*GRAD-FLOW:")  # the tag tests/test_mirror.py counts
-HEADER = "module"  # block name of the docstring / imports / constants before the first definition
-
-
-@dataclass(frozen=True)
-class Block:
-    """Consecutive source lines of one file: the header or one top-level definition.
-
-    Attributes:
-      name: the public definition's name, or HEADER.
-      start: 1-based line number of the first line in the file.
-      lines: the source lines, without newlines; trailing blank lines dropped.
-    """
-
-    name: str
-    start: int
-    lines: tuple[str, ...]
-
-    @property
-    def code(self) -> str:
-        return "\n".join(self.lines)
-
-    @property
-    def grad_flow(self) -> tuple[int, ...]:
-        """1-based positions inside the block of the lines tagged `# GRAD-FLOW:`."""
-        return tuple(i for i, line in enumerate(self.lines, 1) if GRAD_FLOW.search(line))
-
-
-@dataclass(frozen=True)
-class Row:
-    """One aligned pair: the same-named block of each side (None where a side lacks it)."""
-
-    name: str
-    torch: Block | None
-    jax: Block | None
-
-    def side(self, framework: str) -> Block | None:
-        return self.torch if framework == "torch" else self.jax
-
-
-def _first_line(node: ast.stmt, lines: list[str]) -> int:
-    """0-based first line of a definition: its decorators and the comment lines right above it."""
-    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))]) - 1
-    while first > 0 and lines[first - 1].lstrip().startswith("#"):
-        first -= 1
-    return first
-
-
-def _trim(lines: list[str]) -> tuple[str, ...]:
-    while lines and not lines[-1].strip():
-        lines = lines[:-1]
-    return tuple(lines)
-
-
-def split_blocks(text: str) -> list[Block]:
-    """Cut a module into the header block and one block per public top-level definition.
-
-    A private definition (`_name`) and any statement between definitions join the
-    block of the next public definition (helpers are defined before their user);
-    whatever follows the last public definition joins it.
-    Raises SyntaxError if `text` is not Python.
-    """
-    lines = text.splitlines()
-    tree = ast.parse(text)
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)]
-    starts: list[tuple[str, int]] = []  # (public name, 0-based start of its block)
-    pending: int | None = None  # start of private definitions before the first public one
-    prev_end: int | None = None  # 0-based line after the previous public definition
-    for node in defs:
-        first = _first_line(node, lines)
-        if node.name.startswith("_"):
-            pending = first if pending is None else pending
-            continue
-        if prev_end is not None:  # everything since the previous public definition
-            first = prev_end
-            while first < len(lines) and not lines[first].strip():
-                first += 1
-        elif pending is not None:
-            first = pending
-        starts.append((node.name, first))
-        prev_end = node.end_lineno
-    if not starts:
-        return [Block(HEADER, 1, _trim(lines))]
-    blocks = [Block(HEADER, 1, _trim(lines[: starts[0][1]]))]
-    for i, (name, first) in enumerate(starts):
-        end = starts[i + 1][1] if i + 1 < len(starts) else len(lines)
-        blocks.append(Block(name, first + 1, _trim(lines[first:end])))
-    return blocks
-
-
-def align(torch_blocks: list[Block], jax_blocks: list[Block]) -> list[Row]:
-    """Pair the blocks of the two sides by name, keeping each side's order (a name on one side only gets a row)."""
-    t_names, j_names = [b.name for b in torch_blocks], [b.name for b in jax_blocks]
-    rows: list[Row] = []
-    matcher = difflib.SequenceMatcher(a=t_names, b=j_names, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            rows += [Row(t.name, t, j) for t, j in zip(torch_blocks[i1:i2], jax_blocks[j1:j2], strict=True)]
-            continue
-        rows += [Row(t.name, t, None) for t in torch_blocks[i1:i2]]
-        rows += [Row(j.name, None, j) for j in jax_blocks[j1:j2]]
-    return rows
-
-
-def aligned_rows(scenario: str) -> list[Row]:
-    """The aligned blocks of `torch_impl/<scenario>.py` and `jax_impl/<scenario>.py`."""
-    sides = [split_blocks(source_path(fw, scenario).read_text(encoding="utf-8")) for fw in FRAMEWORKS]
-    return align(*sides)
+__all__ = ["run_cases", "parity_rtol", "fmt_err", "render", "add_parser"]
 
 
 def run_cases(spec: Scenario, variant: str | None = None, seed: int = 0) -> list:

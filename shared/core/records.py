@@ -13,8 +13,8 @@ from types import MappingProxyType
 
 import numpy as np
 
-from .parity import Tolerance
 from .schema import Field
+from .tolerance import Tolerance
 
 __all__ = ["Porting", "Scenario", "FAMILIES"]
 

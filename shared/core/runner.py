@@ -8,25 +8,26 @@ A case passes when
   * every float output is in the fixture dtype on both sides (a float32 run really
     computed in float32);
   * the expected zero / non-zero pattern of the variant holds on both sides.
+
+Where the pieces are: loading the lessons in shared/core/lessons.py, the judgement of a
+case (`CaseResult`) in shared/core/verdict.py; both are exported here too.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import importlib
-import importlib.util
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from . import fixtures, registry
-from .backend import Lesson
-from .parity import Comparison, check_pattern, compare, tolerance_for
+from .lessons import FRAMEWORKS, lesson, source_path
+from .parity import Comparison, check_pattern, compare
 from .records import Scenario
+from .tolerance import tolerance_for
+from .verdict import CaseResult
 
 __all__ = [
     "FRAMEWORKS",
@@ -38,45 +39,6 @@ __all__ = [
     "run_case",
     "iter_cases",
 ]
-
-FRAMEWORKS = ("torch", "jax")
-_PACKAGE = __package__.rsplit(".", 2)[0]  # detach_parity: the grandparent of shared.core
-
-
-def _module_name(framework: str, module: str) -> str:
-    if framework not in FRAMEWORKS:
-        raise ValueError(f"framework expected one of {list(FRAMEWORKS)}, got {framework!r}")
-    if not isinstance(module, str) or not all(part.isidentifier() for part in module.split(".")):
-        raise ValueError(f"module expected a Python module name, got {module!r}")
-    return f"{_PACKAGE}.{framework}_impl.{module}"
-
-
-def lesson(framework: str, scenario: str) -> Lesson:
-    """The lesson of a registered scenario: `torch_impl/<scenario>.py` or `jax_impl/<scenario>.py`.
-
-    The one loader of the lessons (the registry names them; `Lesson` in shared/core/backend.py
-    says what they provide). The tools of a framework are not lessons: the applications reach
-    them through shared.apps.backends. Raises ValueError for an unknown framework or scenario.
-    """
-    if scenario not in registry.SCENARIOS:
-        raise ValueError(f"scenario expected a registered scenario, got {scenario!r}")
-    return importlib.import_module(_module_name(framework, scenario))
-
-
-def source_path(framework: str, module: str) -> Path:
-    """The file of `torch_impl/<module>.py` or `jax_impl/<module>.py` (dotted: `backend.port`), not imported.
-
-    For the tools that read the sources (show, site, selfcheck, the claims' integrity check).
-    Raises ValueError for an unknown framework or module.
-    """
-    package = importlib.util.find_spec(_module_name(framework, module).rsplit(".", module.count(".") + 1)[0])
-    folders = [Path(p) for p in (package.submodule_search_locations or [])] if package else []
-    # the file itself, found from the framework package's folder: importing a backend's subpackage
-    # to locate one of its files would import the framework
-    found = [f for d in folders for f in (d.joinpath(*module.split(".")).with_suffix(".py"),) if f.is_file()]
-    if not found:
-        raise ValueError(f"{framework}_impl.{module}: module not found")
-    return found[0]
 
 
 def _float64(out: dict) -> dict[str, np.ndarray]:
@@ -114,146 +76,6 @@ def oracle_outputs(spec: Scenario, fx, variant: str) -> dict[str, np.ndarray]:
     if not out:
         raise ValueError(f"oracle {spec.name}[{variant}]: returned no outputs")
     return _float64(out)
-
-
-@dataclass
-class CaseResult:
-    """Everything one case produced and how it was judged.
-
-    For a variant declared in the scenario's `diverges` (a naive port), on the declared
-    keys only: `divergent` compares JAX with torch (it must fail: the naive port is wrong
-    there), `divergent_oracle` compares JAX with the record's `naive_oracle` (it must
-    pass: the naive port is the right wrong answer, not any wrong answer), and
-    `naive_gap` compares the naive oracle with the oracle (it must fail: the declared
-    difference is real in float64). `torch_jax` and `jax_oracle` cover every other key
-    (they must pass: the naive port is right everywhere else).
-    """
-
-    scenario: str
-    variant: str
-    case: str
-    dtype: str
-    seed: int
-    diverges: tuple[str, ...] = ()
-    torch_jax: Comparison | None = None
-    torch_oracle: Comparison | None = None
-    jax_oracle: Comparison | None = None
-    divergent: Comparison | None = None
-    divergent_oracle: Comparison | None = None
-    naive_gap: Comparison | None = None
-    structure: Comparison | None = None
-    pattern_problems: list[str] = field(default_factory=list)
-    dtype_problems: list[str] = field(default_factory=list)
-    error: str | None = None
-    seconds: float = 0.0
-    outputs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
-
-    @property
-    def label(self) -> str:
-        return f"{self.scenario}[{self.variant}]"
-
-    @property
-    def parity_ok(self) -> bool:
-        """torch vs JAX as the registry expects: equal, or different exactly on the declared keys."""
-        if self.torch_jax is None:
-            return False
-        if self.diverges:
-            d = self.divergent
-            return (
-                self.structure is not None
-                and not _structural(self.structure)
-                and self.torch_jax.ok
-                and d is not None
-                and not d.ok
-                and not _structural(d)
-            )
-        return self.torch_jax.ok
-
-    @property
-    def oracle_ok(self) -> bool:
-        if self.torch_oracle is None or self.jax_oracle is None:
-            return False
-        if self.diverges:
-            d, gap = self.divergent_oracle, self.naive_gap
-            return (
-                self.torch_oracle.ok
-                and self.jax_oracle.ok
-                and d is not None
-                and d.ok
-                and gap is not None
-                and not gap.ok
-                and not _structural(gap)
-            )
-        return self.torch_oracle.ok and self.jax_oracle.ok
-
-    @property
-    def lesson_ok(self) -> bool:
-        return self.error is None and not self.pattern_problems
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and self.parity_ok and self.oracle_ok and self.lesson_ok and not self.dtype_problems
-
-    @property
-    def verdict(self) -> str:
-        if self.error is not None:
-            return "ERROR"
-        if not self.ok:
-            return "FAIL"
-        return "DIFFERS (expected)" if self.diverges else "PASS"
-
-    @property
-    def shown(self) -> Comparison | None:
-        """The torch-vs-JAX comparison a table shows: the declared difference for a naive port."""
-        return self.divergent if self.diverges else self.torch_jax
-
-    def problems(self) -> list[str]:
-        out = [self.error] if self.error else []
-        for comp in (self.structure, self.torch_jax, self.torch_oracle, self.jax_oracle):
-            if comp is not None and not comp.ok and (comp is not self.structure or _structural(comp)):
-                out.extend(comp.problems)
-        for comp, name in ((self.divergent, "torch vs jax"), (self.naive_gap, "the naive oracle vs the oracle")):
-            if comp is None:
-                continue
-            if comp.ok:
-                out.append(
-                    f"{comp.label}: {name} agree on {list(self.diverges)}, but this naive variant must differ there"
-                )
-            elif _structural(comp):
-                out.extend(comp.problems)
-        if self.divergent_oracle is not None and not self.divergent_oracle.ok:
-            out.append(f"{self.label}: the naive port is not the right wrong answer on {list(self.diverges)}:")
-            out.extend(self.divergent_oracle.problems)
-        return out + self.pattern_problems + self.dtype_problems
-
-    def to_json(self) -> dict:
-        def js(comp: Comparison | None) -> dict | None:
-            return comp.to_json() if comp else None
-
-        return {
-            "scenario": self.scenario,
-            "variant": self.variant,
-            "case": self.case,
-            "dtype": self.dtype,
-            "seed": self.seed,
-            "diverges": list(self.diverges),
-            "verdict": self.verdict,
-            "ok": self.ok,
-            "parity": js(self.torch_jax),
-            "torch_oracle": js(self.torch_oracle),
-            "jax_oracle": js(self.jax_oracle),
-            "divergent": js(self.divergent),
-            "divergent_oracle": js(self.divergent_oracle),
-            "naive_gap": js(self.naive_gap),
-            "lesson_ok": self.lesson_ok,
-            "problems": self.problems(),
-            "seconds": round(self.seconds, 4),
-        }
-
-
-def _structural(comp: Comparison) -> bool:
-    """True when a comparison failed for shape / key / dtype reasons rather than values."""
-    return any(("keys only" in p or "shape" in p or "dtype" in p or "empty" in p) for p in comp.problems)
 
 
 def _split(out: dict[str, np.ndarray], globs: tuple[str, ...]) -> tuple[dict, dict]:

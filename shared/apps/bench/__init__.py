@@ -19,9 +19,10 @@ The package:
   steps.py, freezing.py, truncation.py   the sections
   payload.py    PAYLOAD schema, check_payload, GLOSSARY, noisy / capped timings
   progress.py   the progress bar with the time left
+  cells.py      the cells both readers share (headers, row order, ratio cells, notes)
   tables.py     rich tables;  report.py  Markdown (`markdown`, `summary`: docs/bench.md, README)
 The framework code is the pair torch_impl/backend/bench.py / jax_impl/backend/bench.py, reached through
-shared.core.runner.impl.
+shared.apps.backends.
 """
 
 from .cli import MAX_BUDGET_S, MAX_REPEATS, add_parser, choose_threads, cmd_bench, run, scenario_names

@@ -7,8 +7,7 @@ from collections.abc import Mapping
 from rich.console import Console
 from rich.table import Table
 
-from .payload import COLUMNS, capped_timings, noisy_timings
-from .report import (
+from .cells import (
     HEADERS,
     closing_note,
     device_heading,
@@ -20,6 +19,7 @@ from .report import (
     ratio_cell,
     reasons,
 )
+from .payload import COLUMNS, capped_timings, noisy_timings
 
 __all__ = ["print_tables"]
 

@@ -16,9 +16,9 @@ new scenario gets its figures without code here. A key's path may have a prefix
                 step t (rows: variants, e.g. each truncation length k).
   meta_grads    keys `meta_grads/...` (maml): first- vs second-order meta-gradient,
                 the norm of their difference per leaf, torch and JAX.
-  bench_figures from a `detach-parity bench` JSON payload: the JAX/torch step-time ratio per
-                scenario, frozen_backbone step times against the ideal, tbptt peak memory
-                against T.
+
+The bench page's figures are in bench_plots.py; what every figure shares (FigureFile, the
+colours, the SVG writer) in draw.py.
 """
 
 from __future__ import annotations
@@ -26,25 +26,16 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FigureFile", "grad_groups", "figures_for", "grad_norms", "time_heatmap", "meta_grads", "bench_figures"]
+from .draw import JAX_COLOR, TORCH_COLOR, FigureFile, new_figure, save
 
-TORCH_COLOR, JAX_COLOR = "#ee4c2c", "#5e97f6"
+__all__ = ["FigureFile", "grad_groups", "figures_for", "grad_norms", "time_heatmap", "meta_grads"]
+
 MAX_GROUPS = 16  # more leaves than this are summed per parent path
 Outputs = Mapping[str, Mapping[str, np.ndarray]]  # variant -> flat output dict of one framework
-
-
-@dataclass(frozen=True)
-class FigureFile:
-    """A written figure: file name (relative to the site root), caption, kind."""
-
-    path: str
-    caption: str
-    kind: str
 
 
 def _norm(a: np.ndarray) -> float:
@@ -86,20 +77,6 @@ def grad_groups(keys: list[str], segment: str | None = "grads") -> dict[str, lis
     return groups
 
 
-def _save(fig, path: Path) -> None:
-    import matplotlib
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "detach-parity"}):
-        fig.savefig(path, format="svg", bbox_inches="tight", metadata={"Date": None})
-
-
-def _new_figure(width: float, height: float):
-    from matplotlib.figure import Figure
-
-    return Figure(figsize=(width, height), layout="constrained")
-
-
 def grad_norms(
     scenario: str,
     torch_out: Outputs,
@@ -126,7 +103,7 @@ def grad_norms(
     labels = list(groups)
     ncol = min(len(variants), 4)
     nrow = -(-len(variants) // ncol)
-    fig = _new_figure(2.2 + 2.6 * ncol, nrow * (0.9 + 0.32 * len(labels)))
+    fig = new_figure(2.2 + 2.6 * ncol, nrow * (0.9 + 0.32 * len(labels)))
     axes = fig.subplots(nrow, ncol, sharey=True, squeeze=False)
     y = np.arange(len(labels))
     for i, ax in enumerate(axes.flat):
@@ -158,7 +135,7 @@ def grad_norms(
     axes[0, 0].invert_yaxis()
     fig.legend(*axes[0, 0].get_legend_handles_labels(), loc="outside upper right", fontsize=8, ncols=2)
     fig.suptitle(f"{scenario}: ‖{what}‖ per {'parameter group' if segment else 'output'}", fontsize=11)
-    _save(fig, path)
+    save(fig, path)
     return True
 
 
@@ -211,7 +188,7 @@ def time_heatmap(
     hi = max(float(p.max()) for p in positive) if positive else 1.0
     norm = LogNorm(vmin=lo, vmax=max(hi, lo * 10))
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#e8e8e8")
-    fig = _new_figure(2.6 + 2 * max(3.0, 0.22 * t_len), 0.9 + len(stems) * (0.7 + 0.3 * len(variants)))
+    fig = new_figure(2.6 + 2 * max(3.0, 0.22 * t_len), 0.9 + len(stems) * (0.7 + 0.3 * len(variants)))
     axes = fig.subplots(len(stems), 2, sharex=True, sharey=True, squeeze=False)
     for row, stem in enumerate(stems):
         for col, name in enumerate(profiles):
@@ -228,7 +205,7 @@ def time_heatmap(
         ax.set_xlabel("input time step t", fontsize=8)
     fig.colorbar(image, ax=axes, label="‖gradient at step t‖ (grey: exactly 0)", shrink=0.9)
     fig.suptitle(f"{scenario}: gradient magnitude over input time steps", fontsize=11)
-    _save(fig, path)
+    save(fig, path)
     return True
 
 
@@ -255,7 +232,7 @@ def meta_grads(scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path) 
         return False
     labels = [k.removeprefix("meta_grads/") for k in leaves]
     y = np.arange(len(labels))
-    fig = _new_figure(9.0, 1.2 + 0.4 * len(labels))
+    fig = new_figure(9.0, 1.2 + 0.4 * len(labels))
     left, right = fig.subplots(1, 2, sharey=True)
     for offset, (v, color) in enumerate(((first, "#999999"), (second, "#333333"))):
         left.barh(y + (offset - 0.5) * 0.38, [_norm(torch_out[v][k]) for k in leaves], 0.36, color=color, label=v)
@@ -272,7 +249,7 @@ def meta_grads(scenario: str, torch_out: Outputs, jax_out: Outputs, path: Path) 
         ax.tick_params(labelsize=8)
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(f"{scenario}: what the second-order term adds to the meta-gradient", fontsize=11)
-    _save(fig, path)
+    save(fig, path)
     return True
 
 
@@ -315,114 +292,4 @@ def figures_for(
     if not any(f.kind in ("grad-norms", "moved-norms", "meta") for f in out):
         caption = f"Norm of every float output for each variant, {zero}"
         draw("output-norms", grad_norms(scenario, torch_out, jax_out, path("output-norms"), None, "output"), caption)
-    return out
-
-
-def bench_figures(payload: Mapping, out_dir: Path) -> list[FigureFile]:
-    """Draw the bench figures that the payload has data for into out_dir/figures/bench-*.svg; list them.
-
-    payload: the JSON of `detach-parity bench` (sections `scenarios`, optional `large`, `freezing`
-    and `tbptt_memory`). Step times are drawn as ratios measured in the run, absolute (ms) only
-    for a GPU run; memory in MiB.
-    """
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    out: list[FigureFile] = []
-    where = out_dir / "figures"
-    scenarios = payload.get("scenarios", {})
-    gpu = payload["machine"].get("accelerator") == "cuda"
-    if scenarios:
-        names = list(scenarios)
-        series = [("fixture size, JAX as written / torch eager", "jax_over_torch", "scenarios", JAX_COLOR)]
-        series.append(("fixture size, best JAX / best torch", "best", "scenarios", "#8fb8de"))
-        if payload.get("large"):
-            series.append(("large size, best JAX / best torch", "best", "large", "#555555"))
-        fig = _new_figure(9.0, 0.42 * len(names) * len(series) / 2 + 1.5)
-        ax = fig.add_subplot()
-        height = 0.8 / len(series)
-        y = np.arange(len(names))
-        for i, (label, key, section, color) in enumerate(series):
-            rows = payload.get(section, {})
-            values = [
-                (rows[n]["best"]["jax_over_torch"] if key == "best" else rows[n][key]) if n in rows else np.nan
-                for n in names
-            ]
-            ratios = np.array(values, dtype=float)
-            ax.barh(y + (i - (len(series) - 1) / 2) * height, ratios - 1, height, left=1, color=color, label=label)
-        ax.axvline(1.0, color="#333", lw=0.8)
-        ax.set_xscale("log")
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
-        ax.set_yticks(y, names)
-        ax.invert_yaxis()
-        ax.set_xlabel("JAX / torch, median step time (log scale): < 1× JAX faster, > 1× torch faster")
-        ax.legend(frameon=False, loc="lower right", fontsize=8)
-        _save(fig, where / "bench-ratio.svg")
-        caption = (
-            "Training step per scenario: JAX / torch ratio of median step times in one run, as the scenarios are "
-            "written and with the fastest form of each framework (torch.compile; nnx.cached_partial, jit over "
-            "nnx.split), at the fixture size and where measured at a large size; log scale."
-        )
-        out.append(FigureFile("figures/bench-ratio.svg", caption, "bench-ratio"))
-    if "freezing" in payload:
-        f = payload["freezing"]
-        labels = ["full_finetune", "detach_features", "freeze_params", "ideal"]
-        fig = _new_figure(9.0, 3.0)
-        ax = fig.add_subplot()
-        x = np.arange(len(labels))
-        for i, (fw, color) in enumerate((("torch", TORCH_COLOR), ("jax", JAX_COLOR))):
-            times = [f[fw][v]["median_s"] for v in labels[:-1]] + [f["summary"][fw]["ideal_s"]]
-            scale = 1e3 if gpu else 1 / f[fw]["full_finetune"]["median_s"]
-            ax.bar(x + (i - 0.5) * 0.38, [t * scale for t in times], 0.38, color=color, label=fw)
-        ax.set_xticks(x, labels)
-        ax.set_ylabel("median step time (ms)" if gpu else "step time / full_finetune's")
-        ax.legend(frameon=False)
-        _save(fig, where / "bench-freezing.svg")
-        caption = (
-            "frozen_backbone at bench size: step time of each way to freeze, and the ideal (backbone forward + head "
-            "step)" + (", ms." if gpu else ", relative to each framework's full_finetune in the same run.")
-        )
-        out.append(FigureFile("figures/bench-freezing.svg", caption, "bench-freezing"))
-    if "tbptt_memory" in payload:
-        rows = payload["tbptt_memory"]["rows"]
-        fig = _new_figure(9.0, 3.6)
-        ax = fig.add_subplot()
-        styles = {"windows": ("-", "o"), "one_backward": ("--", "s")}
-        for fw, color in (("torch", TORCH_COLOR), ("jax", JAX_COLOR)):
-            for form, k in sorted({(r["form"], r["k"]) for r in rows}):
-                sel = [r for r in rows if (r["framework"], r["form"], r["k"]) == (fw, form, k)]
-                line, marker = (":", "^") if k == "k=T" else styles.get(form, ("-", "o"))
-                ax.plot(
-                    [r["T"] for r in sel],
-                    [r["peak_bytes"] / 2**20 for r in sel],
-                    line,
-                    color=color,
-                    marker=marker,
-                    ms=5,
-                    mfc="none" if k == "k=T" else color,
-                    label=f"{fw} {form} {k}",
-                )
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        for axis in (ax.xaxis, ax.yaxis):
-            axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-            axis.set_minor_formatter(NullFormatter())
-        mib = [r["peak_bytes"] / 2**20 for r in rows]
-        ax.set_yticks(
-            [
-                v
-                for v in (0.01, 0.1, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500)
-                if min(mib) <= v * 1.5 and v <= max(mib) * 1.5
-            ]
-        )
-        ax.set_xticks(sorted({r["T"] for r in rows}))
-        ax.set_xlabel("sequence length T")
-        ax.set_ylabel("peak memory of one step (MiB)")
-        ax.legend(frameon=False, fontsize=9, ncols=2)
-        _save(fig, where / "bench-memory.svg")
-        caption = (
-            "tbptt: peak memory of one training step against T. Flat with a backward per window (windows, fixed k); "
-            "linear with one backward of the summed loss, which lies on the k=T line (open markers): "
-            "stopping the carry every k steps saves nothing there."
-        )
-        out.append(FigureFile("figures/bench-memory.svg", caption, "bench-memory"))
     return out
