@@ -19,7 +19,7 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
-from ._common import MLP, array, grads_of, load_params, numpy, scenario_run, scenario_step
+from ._common import MLP, field, grads_of, load_params, numpy, scenario_run, scenario_step
 
 __all__ = ["ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
 
@@ -41,7 +41,7 @@ def build_model(fx) -> ActorCritic:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(nnx.eval_shape(lambda: ActorCritic(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -115,8 +115,8 @@ def _step(model, batch, vf_coef, ent_coef, variant):
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """Acting, A2C losses, the policy loss's critic gradient, the total's gradient (no update); returns the total."""
     model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}
-    vf_coef, ent_coef = array(fx, "vf_coef"), array(fx, "ent_coef")
+    batch = {k: field(fx, k) for k in ("obs", "actions", "returns", "noise")}
+    vf_coef, ent_coef = field(fx, "vf_coef"), field(fx, "ent_coef")
 
     def step() -> jax.Array:
         # run's jitted _step: acting, the losses, the total's gradient and the policy loss's gradient
@@ -130,8 +130,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, policy_loss, value_loss, entropy []; advantages, selected_logp [B]; selected_actions [B] int64;
     grads/{actor,critic}/<param> of the total; policy_grads/critic/<param> of the policy loss alone."""
     model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}
-    coefs = array(fx, "vf_coef"), array(fx, "ent_coef")
+    batch = {k: field(fx, k) for k in ("obs", "actions", "returns", "noise")}
+    coefs = field(fx, "vf_coef"), field(fx, "ent_coef")
     loss, (policy_loss, value_loss, entropy, advantages, (selected, selected_logp)), grads, policy_grads = _step(
         model, batch, *coefs, variant
     )

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run, scenario_step
+from ._common import field, numpy, scenario_run, scenario_step
 
 __all__ = ["forward", "loss_via_z", "loss_total", "make_step", "run"]
 
@@ -64,8 +64,8 @@ _value_and_grad_total = jax.jit(jax.value_and_grad(loss_total), static_argnames=
 @scenario_step("basics")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """d/dx of loss_via_z and of loss_total (both gradients of run); returns loss_total."""
-    x = array(fx, "x")
-    c, d = array(fx, "c"), array(fx, "d")
+    x = field(fx, "x")
+    c, d = field(fx, "c"), field(fx, "d")
 
     def step() -> jax.Array:
         g_via_z = _grad_via_z(x, c, variant)
@@ -79,8 +79,8 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
 @scenario_run("basics")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y, z [N]; grads/x_via_z, grads/x_total [N] (d loss / d x)."""
-    x = array(fx, "x")
-    c, d = array(fx, "c"), array(fx, "d")
+    x = field(fx, "x")
+    c, d = field(fx, "c"), field(fx, "d")
     y, z = forward(x, variant)
     g_via_z = _grad_via_z(x, c, variant)
     g_total = _grad_total(x, c, d, variant)

@@ -22,7 +22,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
 
 __all__ = ["Block", "Model", "build_model", "mse", "saved_activation_bytes", "make_step", "run"]
 
@@ -64,7 +64,7 @@ def _call(block: Block, h: jax.Array) -> jax.Array:
 
 def build_model(fx) -> Model:
     """A Model loaded with the fixture's canonical parameters (the embedding [V, E] is frozen by TRAINABLE)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     v, e, h = fx.dims["V"], fx.dims["E"], fx.dims["H"]
     return load_params(nnx.eval_shape(lambda: Model(v, e, h, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -83,7 +83,7 @@ def saved_activation_bytes(fx, variant: str) -> int:
     check_variant("checkpointing", variant)
     model = build_model(fx)
     graphdef, trainable, rest = nnx.split(model, TRAINABLE, ...)
-    tokens, y = array(fx, "tokens"), array(fx, "y")
+    tokens, y = field(fx, "tokens"), field(fx, "y")
     with jax.enable_x64(fx.dtype == "float64"):
         _, vjp = jax.vjp(lambda t: mse(nnx.merge(graphdef, t, rest)(tokens, variant), y), trainable)
         return int(sum(leaf.nbytes for leaf in jax.tree.leaves(vjp)))
@@ -111,7 +111,7 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One SGD step of head and block through the (rematerialised) block; returns the loss before the update."""
     model = build_model(fx)
     optimizer = nnx.Optimizer(model, optax.sgd(fx.scalar("lr")), wrt=TRAINABLE)
-    tokens, y = array(fx, "tokens"), array(fx, "y")
+    tokens, y = field(fx, "tokens"), field(fx, "y")
 
     def step() -> jax.Array:
         return jax.block_until_ready(_train_step(model, optimizer, tokens, y, variant))
@@ -123,7 +123,7 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/{embed,block,head}/<param> (a frozen parameter: zeros)."""
     model = build_model(fx)
-    loss, grads = _grads(model, array(fx, "tokens"), array(fx, "y"), variant)
+    loss, grads = _grads(model, field(fx, "tokens"), field(fx, "y"), variant)
     out = {"loss": numpy(loss)}
     out.update({f"grads/{k}": g for k, g in grads_of(grads, params_of(model)).items()})  # not differentiated -> zeros
     return out

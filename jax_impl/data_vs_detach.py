@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape
-from ._common import array, numpy, scenario_run, scenario_step
+from ._common import field, numpy, scenario_run, scenario_step
 
 __all__ = ["write_zeros", "step", "make_step", "run"]
 
@@ -72,8 +72,8 @@ def step(x: jax.Array, c: jax.Array, how: str) -> tuple[jax.Array, ...]:
 @scenario_step("data_vs_detach")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One step (σ forward, the zero write spelled `variant`, d loss / dx); returns the loss."""
-    x = array(fx, "x")
-    c = array(fx, "c")
+    x = field(fx, "x")
+    c = field(fx, "c")
 
     def one_step() -> jax.Array:
         return jax.block_until_ready(step(x, c, variant))[0]
@@ -84,7 +84,7 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
 @scenario_run("data_vs_detach")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: out, written, out_after_write, grads/x [N]."""
-    x = array(fx, "x")
-    c = array(fx, "c")
+    x = field(fx, "x")
+    c = field(fx, "c")
     _, grad, before, written, after = step(x, c, variant)
     return {"out": numpy(before), "written": numpy(written), "out_after_write": numpy(after), "grads/x": numpy(grad)}

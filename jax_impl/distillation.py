@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "run"]
 
@@ -64,12 +64,12 @@ class Distiller(nnx.Module):
 def build_model(fx) -> Distiller:
     """A Distiller loaded with the fixture's parameters and the teacher's running statistics."""
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     model = nnx.eval_shape(lambda: Distiller(dims["D"], dims["H"], dims["C"], jnp.dtype(fx.dtype), nnx.Rngs(0)))
     load_params(model, params)
-    model.teacher.bn.mean.set_value(array(fx, "running_mean"))  # nnx.BatchStat: not a parameter
-    model.teacher.bn.var.set_value(array(fx, "running_var"))
+    model.teacher.bn.mean.set_value(field(fx, "running_mean"))  # nnx.BatchStat: not a parameter
+    model.teacher.bn.var.set_value(field(fx, "running_var"))
     return model
 
 
@@ -124,9 +124,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     trained = model if variant == "teacher_not_stopped" else model.student  # the trap trains the teacher too
     optimizer = nnx.Optimizer(trained, _sgd(fx.scalar("lr")), wrt=nnx.Param)
     before, mean_before = params_of(model), model.teacher.bn.mean[...]
-    hyper = (array(fx, "temperature"), array(fx, "alpha"))
+    hyper = (field(fx, "temperature"), field(fx, "alpha"))
     loss, soft, hard, soft_targets, grads = _step(
-        model, optimizer, array(fx, "x"), array(fx, "labels"), *hyper, variant
+        model, optimizer, field(fx, "x"), field(fx, "labels"), *hyper, variant
     )
     out = {"loss": numpy(loss), "loss/soft": numpy(soft), "loss/hard": numpy(hard), "soft_targets": soft_targets}
     out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})

@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_values, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
 
 __all__ = [
     "MLP",
@@ -65,7 +65,7 @@ def build_model(fx) -> GAN:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(
         nnx.eval_shape(lambda: GAN(dims["Z"], dims["X"], dims["H"], dims["O"], jnp.dtype(fx.dtype), nnx.Rngs(0))),
@@ -136,7 +136,7 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One discriminator_step then one generator_step (Adam each); returns L_D + L_G, each before its update."""
     model = build_model(fx)
     d_opt, g_opt = make_optimizers(model, fx)
-    real, z = array(fx, "real"), array(fx, "z")
+    real, z = field(fx, "real"), field(fx, "z")
 
     def step() -> jax.Array:
         d_loss, d_grads = discriminator_step(model, d_opt, real, z, variant)
@@ -152,7 +152,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     s/moved/<param> = after - before."""
     model = build_model(fx)
     d_opt, g_opt = make_optimizers(model, fx)
-    real, z = array(fx, "real"), array(fx, "z")
+    real, z = field(fx, "real"), field(fx, "z")
     start = params_of(model)
     d_loss, d_grads = discriminator_step(model, d_opt, real, z, variant)
     mid = params_of(model)

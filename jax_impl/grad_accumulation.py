@@ -22,7 +22,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["MLP", "build_model", "mse", "micro_batches", "accumulate_grads", "run"]
 
@@ -40,7 +40,7 @@ class MLP(nnx.Module):
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(
         nnx.eval_shape(lambda: MLP(fx.dims["D"], fx.dims["H"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
     )
@@ -109,7 +109,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] (full batch, before); grads/<param> of the first cycle; full_grads/<param> (one grad
     over the full batch); gap/<param> = grads − full_grads; params/<param> after `steps` cycles."""
     model = build_model(fx)
-    x, y = array(fx, "x"), array(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     loss, full = _full_batch(model, x, y)  # the reference: the full-batch gradient
     full = grads_of(full)
     n = fx.spec.constants["micro_batches"]

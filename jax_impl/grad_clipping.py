@@ -24,7 +24,7 @@ import numpy as np
 import optax
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_values, check_variant, check_x64
-from ._common import array, flat, numpy, scenario_run, scenario_step
+from ._common import field, flat, numpy, scenario_run, scenario_step
 
 __all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "make_step", "run"]
 
@@ -63,7 +63,7 @@ def build_model(fx) -> tuple[Recurrent, dict]:
         node = params
         for part in path:
             node = node.setdefault(part, {})
-        node[name] = array(fx, key)
+        node[name] = field(fx, key)
     return Recurrent(), params
 
 
@@ -120,15 +120,15 @@ def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str)
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One window's train_step (clip, SGD) in regime "above"; calls walk the windows, carrying h; returns its loss."""
     _, params = build_model(fx)
-    lr = array(fx, "lr")
+    lr = field(fx, "lr")
     r, k = (
         fx.spec.constants["regimes"].index("above"),
         int(fx["window"]),
     )  # "above": the gradient norm exceeds max_norm, clipping acts
-    max_norm, weight = jnp.asarray(fx["max_norm"][r]), array(fx, "loss_weight")
-    x, targets, masks = array(fx, "x"), array(fx, "targets"), array(fx, "mask")
+    max_norm, weight = jnp.asarray(fx["max_norm"][r]), field(fx, "loss_weight")
+    x, targets, masks = field(fx, "x"), field(fx, "targets"), field(fx, "mask")
     windows = [(x[s : s + k], targets[s : s + k], masks[r, s : s + k]) for s in range(0, x.shape[0], k)]
-    h0 = array(fx, "h0")
+    h0 = field(fx, "h0")
     h, i = h0, 0
 
     def step() -> jax.Array:
@@ -151,7 +151,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     for r, regime in enumerate(fx.spec.constants["regimes"]):
         _, params = build_model(fx)
         max_norm, weight, lr = fx["max_norm"][r], fx["loss_weight"], fx["lr"]
-        before, h, rows = flat(params), array(fx, "h0"), []
+        before, h, rows = flat(params), field(fx, "h0"), []
         for start in range(0, x.shape[0], k):
             w = slice(start, start + k)
             params, stats, h = train_step(params, h, x[w], targets[w], masks[r, w], max_norm, weight, lr, variant)

@@ -22,7 +22,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, scenario_run
+from ._common import field, grads_of, load_params, numpy, scenario_run
 
 __all__ = ["DANN", "build_model", "reverse_gradient", "clip_gradient", "domain_input", "dann_losses", "run"]
 
@@ -39,7 +39,7 @@ class DANN(nnx.Module):
 def build_model(fx) -> DANN:
     """A DANN loaded with the fixture's canonical parameters."""
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(
         nnx.eval_shape(lambda: DANN(dims["D"], dims["H"], dims["C"], dims["O"], jnp.dtype(fx.dtype), nnx.Rngs(0))),
@@ -129,9 +129,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss/{label,domain} []; grads/{label_loss,domain_loss}/<param>; feature_grads/{head,received}
     [B, H]; grads/hyper/<name> [] for the λ or the bounds the variant uses."""
     model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("x", "labels", "domains")}
+    batch = {k: field(fx, k) for k in ("x", "labels", "domains")}
     names = fx.spec.constants["hyper"][variant]  # the hyper-parameters the variant's op takes
-    hyper = {k: array(fx, k) for k in ("lam", "clip_lo", "clip_hi")}
+    hyper = {k: field(fx, k) for k in ("lam", "clip_lo", "clip_hi")}
     label, domain, grads, head, received, hyper_grads = _gradients(model, batch, hyper, tuple(names), variant)
     out = {"loss/label": numpy(label), "loss/domain": numpy(domain)}
     for name, g in grads.items():

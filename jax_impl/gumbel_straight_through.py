@@ -21,7 +21,7 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import array, grads_of, load_params, scenario_run
+from ._common import field, grads_of, load_params, scenario_run
 
 __all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "run"]
 
@@ -85,8 +85,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         nnx.eval_shape(lambda: nnx.Linear(c, k, param_dtype=jnp.dtype(fx.dtype), rngs=nnx.Rngs(0))),
         {"kernel": fx["params/decoder/kernel"], "bias": fx["params/decoder/bias"]},
     )
-    logits, gumbels, tau = array(fx, "logits"), array(fx, "gumbels"), array(fx, "tau")
-    y, soft, index, loss, g_logits, g_decoder = _gradients(decoder, logits, gumbels, tau, array(fx, "target"), variant)
+    logits, gumbels, tau = field(fx, "logits"), field(fx, "gumbels"), field(fx, "tau")
+    y, soft, index, loss, g_logits, g_decoder = _gradients(decoder, logits, gumbels, tau, field(fx, "target"), variant)
     out = {"sample": y, "soft_sample": soft, "index": index}
     out.update(loss=loss, **{"grads/logits": g_logits})
     out.update({f"grads/decoder/{name}": v for name, v in grads_of(g_decoder).items()})

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_rank, check_same_shape, check_variant
-from ._common import array, numpy, scenario_run, scenario_step
+from ._common import field, numpy, scenario_run, scenario_step
 
 __all__ = ["predict", "mse_loss", "make_step", "run"]
 
@@ -52,8 +52,8 @@ _value_and_grads = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1, 2)), static_
 @scenario_step("linear_regression")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """Gradients of the squared error for w, b and x (no update: run takes none); returns the loss."""
-    w, b, x = (array(fx, k) for k in ("w", "b", "x"))
-    y = array(fx, "y")
+    w, b, x = (field(fx, k) for k in ("w", "b", "x"))
+    y = field(fx, "y")
 
     def step() -> jax.Array:
         loss, grads = _value_and_grads(w, b, x, y, variant)
@@ -66,7 +66,7 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
 @scenario_run("linear_regression")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/w [D], grads/b [], grads/x [B, D]."""
-    w, b, x = (array(fx, k) for k in ("w", "b", "x"))
-    y = array(fx, "y")
+    w, b, x = (field(fx, k) for k in ("w", "b", "x"))
+    y = field(fx, "y")
     loss, (g_w, g_b, g_x) = _value_and_grads(w, b, x, y, variant)
     return {"loss": numpy(loss), "grads/w": numpy(g_w), "grads/b": numpy(g_b), "grads/x": numpy(g_x)}

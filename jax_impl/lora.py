@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
 
 __all__ = ["LoRALinear", "Model", "build_model", "make_optimizer", "merged_kernel", "train_step", "make_step", "run"]
 
@@ -56,7 +56,7 @@ def build_model(fx) -> Model:
 
     The adapter's A [D, R] and B [R, H] are nnx.LoRAParam leaves in the canonical layout.
     """
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, r, h, o = (fx.dims[k] for k in "DRHO")
     scale = fx.scalar("lora_alpha") / r
     return load_params(nnx.eval_shape(lambda: Model(d, r, h, o, scale, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
@@ -109,7 +109,7 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     check_variant("lora", variant)
     model = build_model(fx)
     optimizer = make_optimizer(model, fx, variant)
-    x, y = array(fx, "x"), array(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     return lambda: jax.block_until_ready(train_step(model, optimizer, x, y, variant))[0]
 
 
@@ -120,7 +120,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     check_variant("lora", variant)
     model = build_model(fx)
     optimizer = make_optimizer(model, fx, variant)
-    x, y = array(fx, "x"), array(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     before = params_of(model)
     for step in range(int(fx["steps"])):
         loss, grads = train_step(model, optimizer, x, y, variant)

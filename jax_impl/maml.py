@@ -23,7 +23,7 @@ from flax import nnx
 
 from ..shared.core import registry
 from ..shared.core.checks import check_int, check_same_shape, check_scalar, check_variant, check_x64
-from ._common import MLP, array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
+from ._common import MLP, field, flat, grads_of, load_params, numpy, scenario_run, scenario_step
 
 __all__ = ["build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
 
@@ -34,7 +34,7 @@ def build_model(fx) -> MLP:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -105,8 +105,8 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One meta-gradient: d/dθ, d/d support_y, per-task query gradients (no outer update); returns the meta-loss."""
     graphdef, params = nnx.split(build_model(fx))
 
-    tasks = tuple(array(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
-    alpha, steps = array(fx, "alpha"), int(fx["inner_steps"])
+    tasks = tuple(field(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
+    alpha, steps = field(fx, "alpha"), int(fx["inner_steps"])
 
     def step() -> jax.Array:
         # run's jitted _meta_step returns the per-task losses [T]; the meta-loss is their sum, as meta_loss's
@@ -122,8 +122,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     meta_grads/<param> (d meta-loss / dθ), data_grads/support_y [T, S, O]."""
     graphdef, params = nnx.split(build_model(fx))
 
-    tasks = tuple(array(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
-    alpha, steps = array(fx, "alpha"), int(fx["inner_steps"])
+    tasks = tuple(field(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
+    alpha, steps = field(fx, "alpha"), int(fx["inner_steps"])
     losses, adapted, query_grads, meta, g_support_y = _meta_step(graphdef, params, tasks, alpha, steps, variant)
 
     out = {f"adapted/{k}": v for k, v in flat(adapted).items()}

@@ -26,7 +26,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
+from ._common import field, flat, grads_of, load_params, numpy, scenario_run, scenario_step
 
 __all__ = [
     "Regressor",
@@ -69,7 +69,7 @@ def build_model(fx) -> Regressor:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -178,8 +178,8 @@ def _adam_count(opt_state) -> jax.Array:
 @scenario_step("mixed_precision")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One loss-scaled bf16 train_step (Adam, scale update), no injected overflow; returns the unscaled loss."""
-    x, y = array(fx, "x"), array(fx, "y")
-    hp = {k: array(fx, k) for k in ("lr", "b1", "b2", "eps")}
+    x, y = field(fx, "x"), field(fx, "y")
+    hp = {k: field(fx, k) for k in ("lr", "b1", "b2", "eps")}
     graphdef, params = nnx.split(build_model(fx), nnx.Param)
     skip, one = variant != "naive_no_skip", jnp.asarray(1.0, x.dtype)
     opt_state, scaler = make_optimizer(hp, skip).init(params), make_scaler(fx, variant)
@@ -197,8 +197,8 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/, grads_full/<param> of step 1 (autocast on / off); params/<param> after
     `steps`; scale [steps] int64 after each update; skipped [steps] bool; optimizer_steps [] int64."""
-    x, y = array(fx, "x"), array(fx, "y")
-    hp = {k: array(fx, k) for k in ("lr", "b1", "b2", "eps")}
+    x, y = field(fx, "x"), field(fx, "y")
+    hp = {k: field(fx, k) for k in ("lr", "b1", "b2", "eps")}
     graphdef, params = nnx.split(build_model(fx), nnx.Param)
     one, inf = jnp.asarray(1.0, x.dtype), jnp.asarray(jnp.inf, x.dtype)
     skip = variant != "naive_no_skip"

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_variant
-from ._common import array, scenario_run
+from ._common import field, scenario_run
 
 __all__ = ["row_std", "run"]
 
@@ -50,5 +50,5 @@ def _std_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
 @scenario_run("p01_std_convention")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: std [R]; grads/x [R, N] = d sum(std) / dx."""
-    std, grad = _std_and_grad(array(fx, "x"), variant)
+    std, grad = _std_and_grad(field(fx, "x"), variant)
     return {"std": std, "grads/x": grad}

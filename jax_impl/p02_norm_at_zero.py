@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import array, scenario_run
+from ._common import field, scenario_run
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
 
@@ -64,4 +64,4 @@ def _grads(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> dict[str
 @scenario_run("p02_norm_at_zero")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: norm []; grads/norm, grads/sq_norm, grads/penalized [N], all taken at x."""
-    return _grads(array(fx, "x"), array(fx, "t"), array(fx, "lam"), variant)
+    return _grads(field(fx, "x"), field(fx, "t"), field(fx, "lam"), variant)

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_scalar, check_variant, is_traced
-from ._common import array, scenario_run
+from ._common import field, scenario_run
 
 __all__ = ["l1", "clamp", "run"]
 
@@ -71,4 +71,4 @@ def _values_and_grads(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) 
 @scenario_run("p03_subgradient_kinks")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: l1 []; clamped [N]; grads/l1, grads/clamp [N] (d sum / dx)."""
-    return _values_and_grads(array(fx, "x"), array(fx, "lo"), array(fx, "hi"), variant)
+    return _values_and_grads(field(fx, "x"), field(fx, "lo"), field(fx, "hi"), variant)

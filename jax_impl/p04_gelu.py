@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from ..shared.core.checks import check_variant
-from ._common import array, scenario_run
+from ._common import field, scenario_run
 
 __all__ = ["gelu", "run"]
 
@@ -38,5 +38,5 @@ def _value_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
 @scenario_run("p04_gelu")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [N] = gelu(x); grads/x [N] = gelu'(x)."""
-    y, grad = _value_and_grad(array(fx, "x"), variant)
+    y, grad = _value_and_grad(field(fx, "x"), variant)
     return {"y": y, "grads/x": grad}

@@ -16,7 +16,7 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, grads_of, load_params, scenario_run
+from ._common import field, grads_of, load_params, scenario_run
 
 __all__ = ["load_linear", "mse", "run"]
 
@@ -55,7 +55,7 @@ def _loss_and_grads(lin: nnx.Linear, x: jax.Array, y: jax.Array):
 @scenario_run("p07_linear_layout")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; pred [B, O]; grads/kernel [I, O]; grads/bias [O]."""
-    (loss, pred), grads = _loss_and_grads(load_linear(fx, variant), array(fx, "x"), array(fx, "y"))
+    (loss, pred), grads = _loss_and_grads(load_linear(fx, variant), field(fx, "x"), field(fx, "y"))
     out = {"loss": loss, "pred": pred}
     out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
     return out

@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, load_params, scenario_run
+from ._common import field, load_params, scenario_run
 
 __all__ = ["make_cell", "unroll", "run"]
 
@@ -89,5 +89,5 @@ def _states_and_grads(cell: nnx.Module, x: jax.Array, h0: jax.Array, c: jax.Arra
 @scenario_run("p08_gru_bias")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: h [T, B, H]; grads/x [T, B, I]; grads/h0 [B, H] of loss = sum(c * h)."""
-    hs, gx, gh0 = _states_and_grads(make_cell(fx, variant), array(fx, "x"), array(fx, "h0"), array(fx, "c"))
+    hs, gx, gh0 = _states_and_grads(make_cell(fx, variant), field(fx, "x"), field(fx, "h0"), field(fx, "c"))
     return {"h": hs, "grads/x": gx, "grads/h0": gh0}

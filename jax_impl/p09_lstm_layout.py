@@ -20,7 +20,7 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, numpy, scenario_run
+from ._common import field, numpy, scenario_run
 
 __all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
 
@@ -95,6 +95,6 @@ _value_and_grad = jax.jit(
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: h, c [B, H] after T steps; grads/cell/{ih,hh}/{kernel,bias} (canonical layout)."""
     graphdef, _ = nnx.split(build_model(fx, variant))
-    params = {k.removeprefix("params/"): array(fx, k) for k in fx if k.startswith("params/")}
-    (_, (h, c)), grads = _value_and_grad(params, graphdef, array(fx, "x"), array(fx, "h0"), array(fx, "c0"), variant)
+    params = {k: jnp.asarray(v) for k, v in fx.under("params").items()}
+    (_, (h, c)), grads = _value_and_grad(params, graphdef, field(fx, "x"), field(fx, "h0"), field(fx, "c0"), variant)
     return {"h": numpy(h), "c": numpy(c), **{f"grads/{k}": numpy(g) for k, g in grads.items()}}

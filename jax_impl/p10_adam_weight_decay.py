@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, numpy, scenario_run
 
 __all__ = ["make_optimizer", "mse_loss", "run"]
 
@@ -45,8 +45,8 @@ _value_and_grad = jax.jit(jax.value_and_grad(lambda w, x, y: mse_loss(x @ w, y))
 @scenario_run("p10_adam_weight_decay")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] and grads/w [D] of step 1 (no decay term); params/w, moved/w [D] after `steps`."""
-    w = array(fx, "w")
-    x, y = array(fx, "x"), array(fx, "y")
+    w = field(fx, "w")
+    x, y = field(fx, "x"), field(fx, "y")
     optimizer = make_optimizer(fx, variant)
     state = optimizer.init(w)
     for step in range(int(fx["steps"])):

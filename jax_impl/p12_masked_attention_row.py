@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, numpy, scenario_run
 
 __all__ = ["masked_softmax", "attention", "masked_loss", "run"]
 
@@ -55,7 +55,7 @@ def masked_loss(out: jax.Array, w: jax.Array, mask: jax.Array) -> jax.Array:
     check_same_shape("masked_loss", out=out.shape, w=w.shape)
     if out.ndim != 2 or mask.ndim != 2 or mask.shape[0] != out.shape[0]:
         raise ValueError(
-            f"masked_loss: mask has shape {tuple(mask.shape)} but out has shape {out.shape}; "
+            f"masked_loss: mask has shape {tuple(mask.shape)} but out has shape {tuple(out.shape)}; "
             "expected out [T, V] and mask [T, S] with the same T"
         )
     valid = mask.any(axis=-1, keepdims=True)
@@ -73,7 +73,7 @@ _value_and_grad = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1, 2), has_aux=T
 @scenario_run("p12_masked_attention_row")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; out [T, V]; grads/q [T, K], grads/k [S, K], grads/v [S, V] ("naive": out row and grads/v NaN)."""
-    q, k, v = (array(fx, n) for n in ("q", "k", "v"))
-    mask = array(fx, "mask")
-    (loss, out), (gq, gk, gv) = _value_and_grad(q, k, v, mask, array(fx, "w"), variant)
+    q, k, v = (field(fx, n) for n in ("q", "k", "v"))
+    mask = field(fx, "mask")
+    (loss, out), (gq, gk, gv) = _value_and_grad(q, k, v, mask, field(fx, "w"), variant)
     return {"loss": numpy(loss), "out": numpy(out), "grads/q": numpy(gq), "grads/k": numpy(gk), "grads/v": numpy(gv)}

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, numpy, scenario_run
 
 __all__ = ["sqrt_where", "run"]
 
@@ -41,7 +41,7 @@ _value_and_grad = jax.jit(jax.value_and_grad(sqrt_where), static_argnames="varia
 @scenario_run("p13_where_nan")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: f []; grads/x [N] (NaN at x <= 0 in "naive")."""
-    x = array(fx, "x")
+    x = field(fx, "x")
     f, g = _value_and_grad(x, variant)
 
     return {"f": numpy(f), "grads/x": numpy(g)}

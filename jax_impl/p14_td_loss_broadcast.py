@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape
-from ._common import array, numpy, scenario_run
+from ._common import field, numpy, scenario_run
 
 __all__ = ["td_loss", "naive_td_loss", "run"]
 
@@ -54,6 +54,6 @@ _value_and_grad = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1)), static_argn
 @scenario_run("p14_td_loss_broadcast")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a)); grads/target [B] (zero: a constant)."""
-    q, target = array(fx, "q"), array(fx, "target")
+    q, target = field(fx, "q"), field(fx, "target")
     loss, (g_q, g_target) = _value_and_grad(q, target, variant)
     return {"loss": numpy(loss), "grads/q": numpy(g_q), "grads/target": numpy(g_target)}

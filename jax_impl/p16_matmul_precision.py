@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, numpy, scenario_run
 
 __all__ = ["dense", "run"]
 
@@ -45,7 +45,7 @@ _value_and_grad = jax.jit(_grad_fn, static_argnames="variant")
 @scenario_run("p16_matmul_precision")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [B, O]; grads/x [B, I] and grads/kernel [I, O] of sum(g * y)."""
-    x = array(fx, "x")
-    kernel = array(fx, "kernel")
-    (_, y), (gx, gk) = _value_and_grad(x, kernel, array(fx, "g"), variant)
+    x = field(fx, "x")
+    kernel = field(fx, "kernel")
+    (_, y), (gx, gk) = _value_and_grad(x, kernel, field(fx, "g"), variant)
     return {"y": numpy(y), "grads/x": numpy(gx), "grads/kernel": numpy(gk)}

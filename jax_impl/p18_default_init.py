@@ -21,7 +21,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, array, load_params, params_of, scenario_run
+from ._common import MLP, field, load_params, params_of, scenario_run
 
 __all__ = ["init_params", "build_model", "train", "run"]
 
@@ -83,6 +83,6 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: init/<param> (the starting weights); losses [steps]; params/<param> after `steps`."""
     model = build_model(fx, variant)
     out = {f"init/{k}": v for k, v in params_of(model).items()}
-    out["losses"] = train(model, array(fx, "x"), array(fx, "y"), fx.scalar("lr"), int(fx["steps"]))
+    out["losses"] = train(model, field(fx, "x"), field(fx, "y"), fx.scalar("lr"), int(fx["steps"]))
     out.update({f"params/{k}": v for k, v in params_of(model).items()})
     return out

@@ -21,7 +21,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, flat, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, flat, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["MLP", "build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "run"]
 
@@ -39,7 +39,7 @@ class MLP(nnx.Module):
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(
         nnx.eval_shape(lambda: MLP(fx.dims["D"], fx.dims["H"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
     )
@@ -103,12 +103,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; norms [B]; num_clipped [] int64; grads/<param> (batch gradient of the mean loss);
     per_example/<param> [B, ...]; dp_grads/<param>; params/<param> after one DP-SGD step."""
     model = build_model(fx)
-    x, y = array(fx, "x"), array(fx, "y")
-    noise_model = load_params(
-        nnx.clone(model), {k.removeprefix("noise/"): v for k, v in fx.items() if k.startswith("noise/")}
-    )
+    x, y = field(fx, "x"), field(fx, "y")
+    noise_model = load_params(nnx.clone(model), fx.under("noise"))
 
-    hyper = {k: array(fx, k) for k in ("l2_norm_clip", "noise_multiplier")}
+    hyper = {k: field(fx, k) for k in ("l2_norm_clip", "noise_multiplier")}
     loss, grads, per_example, dp, num_clipped, norms = _step(model, noise_model, x, y, hyper, variant)
 
     out = {"loss": numpy(loss), "num_clipped": numpy(num_clipped).astype(np.int64)}

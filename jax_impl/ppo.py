@@ -21,7 +21,7 @@ import rlax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, array, grads_of, load_params, numpy, scenario_run
+from ._common import MLP, field, grads_of, load_params, numpy, scenario_run
 
 __all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
 
@@ -43,7 +43,7 @@ class Agent(nnx.Module):
 
 def build_agent(fx) -> Agent:
     """An Agent loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(nnx.eval_shape(lambda: Agent(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -122,8 +122,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, pg_loss, v_loss, entropy []; ratio, advantages [B]; grads/{actor,critic}/<param> of the
     loss; pg_grads/actor/<param> of pg_loss alone."""
     agent = build_agent(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "old_logprobs", "advantages", "returns", "values")}
-    coefs = {k: array(fx, k) for k in ("clip_coef", "vf_coef", "ent_coef")}
+    batch = {k: field(fx, k) for k in ("obs", "actions", "old_logprobs", "advantages", "returns", "values")}
+    coefs = {k: field(fx, k) for k in ("clip_coef", "vf_coef", "ent_coef")}
     out, grads, pg_grads = _grads(agent, batch, coefs, variant)
     result = {k: numpy(v) for k, v in out.items()}
     result.update({f"grads/{k}": g for k, g in grads_of(grads).items()})

@@ -20,7 +20,7 @@ import rlax
 from flax import nnx
 
 from ..shared.core.checks import check_rank, check_same_shape, check_variant
-from ._common import MLP, array, grads_of, load_params, numpy, scenario_run
+from ._common import MLP, field, grads_of, load_params, numpy, scenario_run
 
 __all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
 
@@ -38,7 +38,7 @@ class PolicyBaseline(nnx.Module):
 
 def build_model(fx) -> PolicyBaseline:
     """A PolicyBaseline loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(nnx.eval_shape(lambda: PolicyBaseline(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -105,9 +105,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, policy_loss, baseline_loss []; returns, advantages [T]; grads/{policy,baseline}/<param>
     of the total; policy_grads/baseline/<param> of the policy loss alone."""
     model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "rewards")}
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards")}
     loss, (policy_loss, baseline_loss, returns, advantages), grads, policy_grads = _grads(
-        model, batch, array(fx, "gamma"), variant
+        model, batch, field(fx, "gamma"), variant
     )
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "baseline_loss": numpy(baseline_loss)}
     out.update(returns=numpy(returns), advantages=numpy(advantages))

@@ -21,7 +21,7 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["Actor", "SoftQNetwork", "SAC", "build_agent", "q_targets", "q_loss", "actor_loss", "alpha_loss", "run"]
 
@@ -81,7 +81,7 @@ class SAC(nnx.Module):
 
 def build_agent(fx) -> SAC:
     """A SAC loaded with the fixture's canonical parameters (log α is an nnx.Param like the layers')."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, a, h = fx.dims["D"], fx.dims["A"], fx.dims["H"]
     return load_params(nnx.eval_shape(lambda: SAC(d, a, h, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -164,8 +164,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: q_loss, actor_loss, alpha_loss []; log_pi, q_target [B]; actions_pi [B, A];
     grads/<loss>/{actor,qf1,qf2,qf1_target,qf2_target}/<param> and grads/<loss>/log_alpha of each loss."""
     model = build_agent(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones", "noise", "next_noise")}
-    consts = {k: array(fx, k) for k in ("action_scale", "action_bias", "gamma")}
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones", "noise", "next_noise")}
+    consts = {k: field(fx, k) for k in ("action_scale", "action_bias", "gamma")}
     losses, grads, extras = _losses_and_grads(model, batch, consts, variant, -float(fx.dims["A"]))
     out = {k: numpy(v) for k, v in losses.items()}
     params = params_of(model)

@@ -23,7 +23,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run
 
 __all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "run"]
 
@@ -53,7 +53,7 @@ class Siamese(nnx.Module):
 def build_model(fx) -> Siamese:
     """A Siamese model loaded with the fixture's canonical parameters."""
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(
         nnx.eval_shape(lambda: Siamese(dims["D"], dims["H"], dims["P"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
@@ -121,7 +121,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     before = params_of(model)
     # GRAD-FLOW: the optimizer holds online and predictor only
     optimizer = nnx.Optimizer(model, _sgd(fx.scalar("lr")), wrt=LEARNED)
-    loss, grads, view_grads = _step(model, optimizer, array(fx, "x1"), array(fx, "x2"), array(fx, "tau"), variant)
+    loss, grads, view_grads = _step(model, optimizer, field(fx, "x1"), field(fx, "x2"), field(fx, "tau"), variant)
     out = {}
     for name, (g1, g2) in view_grads.items():
         out.update({f"view_grads/{name}/x1": g1, f"view_grads/{name}/x2": g2})

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_truncation, check_x64, truncation_length
-from ._common import array, flat, numpy, scenario_run, scenario_step
+from ._common import field, flat, numpy, scenario_run, scenario_step
 
 __all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
 
@@ -72,7 +72,7 @@ def build_model(fx, cell: str) -> tuple[Recurrent, dict]:
             node = params
             for part in path:
                 node = node.setdefault(part, {})
-            node[leaf] = array(fx, key)
+            node[leaf] = field(fx, key)
     return Recurrent(cell), params
 
 
@@ -173,7 +173,7 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     t_steps = fx.dims["T"]
     k = truncation_length(variant, t_steps)
     cells = [(cell, build_model(fx, cell)[1]) for cell in CELLS]
-    x, targets, h0 = array(fx, "x"), array(fx, "targets"), array(fx, "h0")
+    x, targets, h0 = field(fx, "x"), field(fx, "targets"), field(fx, "h0")
 
     def step() -> jax.Array:
         # run's jitted _grads per cell: one forward, both backward passes, the loss summed over steps
@@ -194,8 +194,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     k = truncation_length(variant, t_steps)
     for cell in CELLS:
         _, params = build_model(fx, cell)
-        x, targets = array(fx, "x"), array(fx, "targets")
-        loss, g_params, g_x, grad_last = _grads(params, x, array(fx, "h0"), targets, cell, k)
+        x, targets = field(fx, "x"), field(fx, "targets")
+        loss, g_params, g_x, grad_last = _grads(params, x, field(fx, "h0"), targets, cell, k)
 
         out[f"{cell}/loss"] = numpy(loss)
         out.update({f"{cell}/grads/{key}": g for key, g in flat(g_params).items()})

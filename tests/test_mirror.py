@@ -22,8 +22,6 @@ ONE_SIDED = {
 }
 # public names one side has and the other does not: (module, framework, name) -> reason
 ONE_SIDED_NAMES = {
-    ("_common", "torch", "tensor"): "torch's word for a fixture field as an array; JAX's is `array`",
-    ("_common", "jax", "array"): "JAX's word for a fixture field as an array; torch's is `tensor`",
     (
         "_common",
         "torch",
@@ -33,6 +31,11 @@ ONE_SIDED_NAMES = {
     ("_common", "jax", "load_params"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "params_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "grads_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
+    (
+        "_common",
+        "jax",
+        "transformation",
+    ): "nnx.jit keys its compile cache on an optax transformation; a torch optimizer is built from its parameters",
 }
 # a worked port is two halves of one example, not twins: the torch reference (its sizes, its batch)
 # and its NNX port, whose porting bugs are variants of the port and need their own helpers

@@ -63,7 +63,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import field, numpy, scenario_run, scenario_step
 
 __all__ = ["loss_fn", "make_step", "run"]
 
@@ -78,7 +78,7 @@ def loss_fn(w: torch.Tensor, x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, 
 @scenario_step("zz_throwaway")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """The loss and its gradient in w; returns the loss."""
-    w, x, c, d = tensor(fx, "w", requires_grad=True), tensor(fx, "x"), tensor(fx, "c"), tensor(fx, "d")
+    w, x, c, d = field(fx, "w", requires_grad=True), field(fx, "x"), field(fx, "c"), field(fx, "d")
 
     def step() -> torch.Tensor:
         loss = loss_fn(w, x, c, d, variant)
@@ -91,7 +91,7 @@ def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
 @scenario_run("zz_throwaway")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [], grads/w []."""
-    w, x, c, d = tensor(fx, "w", requires_grad=True), tensor(fx, "x"), tensor(fx, "c"), tensor(fx, "d")
+    w, x, c, d = field(fx, "w", requires_grad=True), field(fx, "x"), field(fx, "c"), field(fx, "d")
     loss = loss_fn(w, x, c, d, variant)
     (g,) = torch.autograd.grad(loss, w)
     return {"loss": numpy(loss), "grads/w": numpy(g)}
@@ -109,7 +109,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._common import array, numpy, scenario_run, scenario_step
+from ._common import field, numpy, scenario_run, scenario_step
 
 __all__ = ["loss_fn", "make_step", "run"]
 
@@ -124,7 +124,7 @@ def loss_fn(w: jax.Array, x: jax.Array, c: jax.Array, d: jax.Array, variant: str
 @scenario_step("zz_throwaway")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """The loss and its gradient in w; returns the loss."""
-    w, x, c, d = array(fx, "w"), array(fx, "x"), array(fx, "c"), array(fx, "d")
+    w, x, c, d = field(fx, "w"), field(fx, "x"), field(fx, "c"), field(fx, "d")
     value_and_grad = jax.jit(jax.value_and_grad(loss_fn), static_argnames="variant")
 
     def step() -> jax.Array:
@@ -136,7 +136,7 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
 @scenario_run("zz_throwaway")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [], grads/w []."""
-    w, x, c, d = array(fx, "w"), array(fx, "x"), array(fx, "c"), array(fx, "d")
+    w, x, c, d = field(fx, "w"), field(fx, "x"), field(fx, "c"), field(fx, "d")
     loss, g = jax.value_and_grad(loss_fn)(w, x, c, d, variant)
     return {"loss": numpy(loss), "grads/w": numpy(g)}
 '''

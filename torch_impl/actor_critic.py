@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant
-from ._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from ._common import MLP, field, grads_or_zeros, numpy, scenario_run, scenario_step
 from ._layout import grads_of, load_params
 
 __all__ = ["ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
@@ -39,7 +39,7 @@ class ActorCritic(nn.Module):
 
 def build_model(fx) -> ActorCritic:
     """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(ActorCritic(d, h, a, getattr(torch, fx.dtype)), params)
 
@@ -54,7 +54,7 @@ def select_actions(logits: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Ten
         not finite there).
     Reference: Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030.
     """
-    check_same_shape("select_actions", logits=tuple(logits.shape), noise=tuple(noise.shape))
+    check_same_shape("select_actions", logits=logits.shape, noise=noise.shape)
     check_values("select_actions", "noise", noise, low=0.0, high=1.0, low_open=True, high_open=True)
     logits = logits.detach()  # GRAD-FLOW: acting needs no graph
     actions = torch.argmax(logits - torch.log(-torch.log(noise)), dim=-1)  # [B]
@@ -74,11 +74,9 @@ def a2c_losses(
     Reference: Mnih et al. 2016, arXiv:1602.01783.
     """
     check_variant("actor_critic", variant)
-    check_same_shape(
-        "a2c_losses", values=tuple(values.shape), returns=tuple(returns.shape), actions=tuple(actions.shape)
-    )
-    check_rank("a2c_losses", "logits", tuple(logits.shape), "BA")
-    check_same_shape("a2c_losses", values=tuple(values.shape), logits_batch=tuple(logits.shape[:1]))
+    check_same_shape("a2c_losses", values=values.shape, returns=returns.shape, actions=actions.shape)
+    check_rank("a2c_losses", "logits", logits.shape, "BA")
+    check_same_shape("a2c_losses", values=values.shape, logits_batch=logits.shape[:1])
     advantages = returns - values  # [B]
     if variant == "advantage_stopped":
         advantages = advantages.detach()  # GRAD-FLOW: the policy loss must not push the critic
@@ -94,8 +92,8 @@ def a2c_losses(
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """Acting, A2C losses, the policy loss's critic gradient, the total's gradient (no update); returns the total."""
     model = build_model(fx)
-    obs, actions, returns = tensor(fx, "obs"), tensor(fx, "actions"), tensor(fx, "returns")
-    noise, vf_coef, ent_coef = tensor(fx, "noise"), fx.scalar("vf_coef"), fx.scalar("ent_coef")
+    obs, actions, returns = field(fx, "obs"), field(fx, "actions"), field(fx, "returns")
+    noise, vf_coef, ent_coef = field(fx, "noise"), fx.scalar("vf_coef"), fx.scalar("ent_coef")
 
     def step() -> torch.Tensor:
         # run does this inline (no public step function): the same calls, the gradients left in .grad
@@ -116,9 +114,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, policy_loss, value_loss, entropy []; advantages, selected_logp [B]; selected_actions [B] int64;
     grads/{actor,critic}/<param> of the total; policy_grads/critic/<param> of the policy loss alone."""
     model = build_model(fx)
-    obs, actions, returns = tensor(fx, "obs"), tensor(fx, "actions"), tensor(fx, "returns")
+    obs, actions, returns = field(fx, "obs"), field(fx, "actions"), field(fx, "returns")
     logits, values = model(obs)
-    selected, selected_logp = select_actions(logits, tensor(fx, "noise"))
+    selected, selected_logp = select_actions(logits, field(fx, "noise"))
     policy_loss, value_loss, entropy, advantages = a2c_losses(logits, values, actions, returns, variant)
     loss = policy_loss + fx.scalar("vf_coef") * value_loss - fx.scalar("ent_coef") * entropy
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
 __all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "run"]
@@ -62,11 +62,11 @@ class Distiller(nn.Module):
 
 def build_model(fx) -> Distiller:
     """A Distiller loaded with the fixture's parameters and the teacher's running statistics."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     model = load_params(Distiller(dims["D"], dims["H"], dims["C"], getattr(torch, fx.dtype)), params)
-    model.teacher.bn.running_mean.copy_(tensor(fx, "running_mean"))  # buffers: no graph to keep out of
-    model.teacher.bn.running_var.copy_(tensor(fx, "running_var"))
+    model.teacher.bn.running_mean.copy_(field(fx, "running_mean"))  # buffers: no graph to keep out of
+    model.teacher.bn.running_var.copy_(field(fx, "running_var"))
     return model
 
 
@@ -91,7 +91,7 @@ def distillation_loss(s: torch.Tensor, t: torch.Tensor, labels: torch.Tensor, te
     """
     check_scalar("distillation_loss", "temperature", temperature, 0.0, low_open=True)
     check_scalar("distillation_loss", "alpha", alpha, 0.0, 1.0)
-    check_same_shape("distillation_loss", student=tuple(s.shape), teacher=tuple(t.shape))
+    check_same_shape("distillation_loss", student=s.shape, teacher=t.shape)
     log_s, log_t = F.log_softmax(s / temperature, dim=-1), F.log_softmax(t / temperature, dim=-1)
     soft = F.kl_div(log_s, log_t, reduction="batchmean", log_target=True)
     return alpha * temperature**2 * soft, (1 - alpha) * F.cross_entropy(s, labels)
@@ -104,10 +104,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx)
     trained = model if variant == "teacher_not_stopped" else model.student  # the trap trains the teacher too
     optimizer = torch.optim.SGD(trained.parameters(), lr=fx.scalar("lr"))
-    x, temperature = tensor(fx, "x"), fx.scalar("temperature")
+    x, temperature = field(fx, "x"), fx.scalar("temperature")
     before, mean_before = params_of(model), model.teacher.bn.running_mean.clone()
     t = teacher_logits(model.teacher, x, variant)
-    soft, hard = distillation_loss(model.student(x), t, tensor(fx, "labels"), temperature, fx.scalar("alpha"))
+    soft, hard = distillation_loss(model.student(x), t, field(fx, "labels"), temperature, fx.scalar("alpha"))
     optimizer.zero_grad(set_to_none=True)
     (soft + hard).backward()
     grads = grads_of(model)  # .grad None -> 0 (P11)

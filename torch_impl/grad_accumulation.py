@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
 __all__ = ["MLP", "build_model", "mse", "micro_batches", "accumulate_grads", "run"]
@@ -38,14 +38,14 @@ class MLP(nn.Module):
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(MLP(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
 
 
 def mse(model: MLP, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean((pred − y)²) over a (micro-)batch x [M, D], y [M]. Raises ValueError unless pred and y are both [M]."""
     pred = model(x)
-    check_same_shape("mse", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("mse", pred=pred.shape, y=y.shape)
     return torch.mean((pred - y) ** 2)
 
 
@@ -82,7 +82,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] (full batch, before); grads/<param> of the first cycle; full_grads/<param> (one backward
     over the full batch); gap/<param> = grads − full_grads; params/<param> after `steps` cycles."""
     model = build_model(fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     loss = mse(model, x, y)
     loss.backward()  # the reference: the full-batch gradient
     full = grads_of(model)

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._common import field, grads_or_zeros, numpy, scenario_run
 from ._layout import load_params, params_of
 
 __all__ = ["DANN", "build_model", "reverse_gradient", "clip_gradient", "domain_input", "dann_losses", "run"]
@@ -38,7 +38,7 @@ class DANN(nn.Module):
 
 def build_model(fx) -> DANN:
     """A DANN loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(DANN(dims["D"], dims["H"], dims["C"], dims["O"], getattr(torch, fx.dtype)), params)
 
@@ -105,7 +105,7 @@ def dann_losses(model: DANN, batch: dict[str, torch.Tensor], hyper: dict[str, to
     label = (F.cross_entropy(model.label(h), batch["labels"], reduction="none") * source).sum() / source.sum()
     reversed_h = domain_input(h, hyper, variant)
     logit = model.domain(reversed_h)[:, 0]  # [B]
-    check_same_shape("dann_losses", domain_logit=tuple(logit.shape), domains=tuple(batch["domains"].shape))
+    check_same_shape("dann_losses", domain_logit=logit.shape, domains=batch["domains"].shape)
     return label, F.binary_cross_entropy_with_logits(logit, batch["domains"]), h, reversed_h
 
 
@@ -114,9 +114,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss/{label,domain} []; grads/{label_loss,domain_loss}/<param>; feature_grads/{head,received}
     [B, H]; grads/hyper/<name> [] for the λ or the bounds the variant uses."""
     model = build_model(fx)
-    batch = {k: tensor(fx, k) for k in ("x", "labels", "domains")}
+    batch = {k: field(fx, k) for k in ("x", "labels", "domains")}
     names = fx.spec.constants["hyper"][variant]  # the hyper-parameters the variant's op takes
-    hyper = {k: tensor(fx, k, requires_grad=k in names) for k in ("lam", "clip_lo", "clip_hi")}
+    hyper = {k: field(fx, k, requires_grad=k in names) for k in ("lam", "clip_lo", "clip_hi")}
     label, domain, h, reversed_h = dann_losses(model, batch, hyper, variant)
     out = {"loss/label": numpy(label), "loss/domain": numpy(domain)}
     params = dict(model.named_parameters())

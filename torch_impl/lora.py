@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import field, numpy, scenario_run, scenario_step
 from ._layout import grads_of, load_params, params_of
 
 __all__ = ["LoRALinear", "Model", "build_model", "make_optimizer", "merged_kernel", "train_step", "make_step", "run"]
@@ -70,12 +70,12 @@ def build_model(fx) -> Model:
 
     The adapter's A [D, R] and B [R, H] are plain tensors in the canonical layout (no transpose).
     """
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, r, h, o = (fx.dims[k] for k in "DRHO")
     model = Model(d, r, h, o, fx.scalar("lora_alpha") / r, getattr(torch, fx.dtype))
     load_params(model, {k: v for k, v in params.items() if "/adapter/" not in k})
     for name in ADAPTER:
-        setattr(model.l1.adapter, name, nn.Parameter(tensor(fx, f"params/l1/adapter/{name}")))
+        setattr(model.l1.adapter, name, nn.Parameter(field(fx, f"params/l1/adapter/{name}")))
     for module in (model.l1.base, model.l2):
         module.requires_grad_(False)  # GRAD-FLOW: the base is frozen: no gradient, no AdamW state, no weight decay
     return model
@@ -101,7 +101,7 @@ def train_step(model: Model, optimizer: torch.optim.Optimizer, x: torch.Tensor, 
     """
     optimizer.zero_grad(set_to_none=True)
     pred = model(x)
-    check_same_shape("train_step", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("train_step", pred=pred.shape, y=y.shape)
     loss = torch.mean((pred - y) ** 2)
     loss.backward()
     optimizer.step()
@@ -121,7 +121,7 @@ def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     check_variant("lora", variant)
     model = build_model(fx)
     optimizer = make_optimizer(model, fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     return lambda: train_step(model, optimizer, x, y).detach()
 
 
@@ -132,7 +132,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     check_variant("lora", variant)
     model = build_model(fx)
     optimizer = make_optimizer(model, fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     before = _params(model)
     for step in range(int(fx["steps"])):
         loss = train_step(model, optimizer, x, y)

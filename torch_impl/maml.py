@@ -22,7 +22,7 @@ from torch.func import functional_call
 
 from ..shared.core import registry
 from ..shared.core.checks import check_int, check_same_shape, check_scalar, check_variant
-from ._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from ._common import MLP, field, grads_or_zeros, numpy, scenario_run, scenario_step
 from ._layout import load_params, params_of
 
 __all__ = ["build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
@@ -30,14 +30,14 @@ __all__ = ["build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_s
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's initial (meta) parameters θ."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(MLP(d, h, o, getattr(torch, fx.dtype)), params)
 
 
 def mse_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean((pred - y)²) over pred [N, O], y [N, O]. Raises ValueError on a shape mismatch."""
-    check_same_shape("mse_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("mse_loss", pred=pred.shape, y=y.shape)
     return ((pred - y) ** 2).mean()
 
 
@@ -95,8 +95,8 @@ def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One meta-gradient: d/dθ, d/d support_y, per-task query gradients (no outer update); returns the meta-loss."""
     model = build_model(fx)
     params = dict(model.named_parameters())
-    support_y = tensor(fx, "support_y", requires_grad=True)
-    tasks = (tensor(fx, "support_x"), support_y, tensor(fx, "query_x"), tensor(fx, "query_y"))
+    support_y = field(fx, "support_y", requires_grad=True)
+    tasks = (field(fx, "support_x"), support_y, field(fx, "query_x"), field(fx, "query_y"))
     alpha, steps = fx.scalar("alpha"), int(fx["inner_steps"])
 
     def step() -> torch.Tensor:
@@ -116,8 +116,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     meta_grads/<param> (d meta-loss / dθ), data_grads/support_y [T, S, O]."""
     model = build_model(fx)
     params = dict(model.named_parameters())
-    support_y = tensor(fx, "support_y", requires_grad=True)  # to show the path through the inner gradient
-    tasks = (tensor(fx, "support_x"), support_y, tensor(fx, "query_x"), tensor(fx, "query_y"))
+    support_y = field(fx, "support_y", requires_grad=True)  # to show the path through the inner gradient
+    tasks = (field(fx, "support_x"), support_y, field(fx, "query_x"), field(fx, "query_y"))
     total, (losses, adapted) = meta_loss(model, params, tasks, fx.scalar("alpha"), int(fx["inner_steps"]), variant)
     query_grads = []
     for t, params_t in enumerate(adapted):

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import field, numpy, scenario_run, scenario_step
 from ._layout import grads_of, load_params, params_of
 
 __all__ = [
@@ -51,7 +51,7 @@ class Regressor(nn.Module):
 
 def build_model(fx) -> Regressor:
     """A Regressor whose master weights are the fixture's canonical parameters (fixture dtype)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(Regressor(d, h, o, getattr(torch, fx.dtype)), params)
 
@@ -63,7 +63,7 @@ def autocast(enabled: bool = True) -> torch.autocast:
 
 def mse(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean((pred - y)²) in y's dtype; pred [B, O] (any float dtype), y [B, O]. Raises ValueError on a shape mismatch."""
-    check_same_shape("mse", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("mse", pred=pred.shape, y=y.shape)
     return ((pred.to(y.dtype) - y) ** 2).mean()
 
 
@@ -156,7 +156,7 @@ def train_step(model, optimizer, scaler, x, y, poison: float):
 @scenario_step("mixed_precision")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One loss-scaled bf16 train_step (Adam, scale update), no injected overflow; returns the unscaled loss."""
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     model = build_model(fx)
     optimizer, scaler = make_optimizer(model, fx, variant), make_scaler(fx, variant)
 
@@ -171,7 +171,7 @@ def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/, grads_full/<param> of step 1 (autocast on / off); params/<param> after
     `steps`; scale [steps] int64 after each update; skipped [steps] bool; optimizer_steps [] int64."""
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     model = build_model(fx)
     grads_full = _full_grads(model, x, y)
     optimizer, scaler = make_optimizer(model, fx, variant), make_scaler(fx, variant)

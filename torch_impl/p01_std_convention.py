@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["row_std", "run"]
 
@@ -28,7 +28,7 @@ def row_std(x: torch.Tensor, variant: str) -> torch.Tensor:
 @scenario_run("p01_std_convention")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: std [R]; grads/x [R, N] = d sum(std) / dx."""
-    x = tensor(fx, "x", requires_grad=True)
+    x = field(fx, "x", requires_grad=True)
     std = row_std(x, variant)
     (grad,) = torch.autograd.grad(std.sum(), [x])  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
     return {"std": numpy(std), "grads/x": numpy(grad)}

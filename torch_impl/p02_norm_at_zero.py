@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["norm", "sq_norm", "penalized", "run"]
 
@@ -37,7 +37,7 @@ def penalized(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> tor
     Raises ValueError on a shape mismatch, a λ < 0 or an unknown variant.
     """
     check_variant("p02_norm_at_zero", variant)
-    check_same_shape("penalized", x=tuple(x.shape), t=tuple(t.shape))
+    check_same_shape("penalized", x=x.shape, t=t.shape)
     check_scalar("penalized", "lam", lam, 0.0)  # a negative λ rewards a large norm
     return 0.5 * ((x - t) ** 2).sum() + lam * norm(x, variant)
 
@@ -45,7 +45,7 @@ def penalized(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> tor
 @scenario_run("p02_norm_at_zero")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: norm []; grads/norm, grads/sq_norm, grads/penalized [N], all taken at x."""
-    x, t = tensor(fx, "x", requires_grad=True), tensor(fx, "t")
+    x, t = field(fx, "x", requires_grad=True), field(fx, "t")
     value = norm(x, variant)
     (g_norm,) = torch.autograd.grad(value, [x])
     (g_sq,) = torch.autograd.grad(sq_norm(x, variant), [x])

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_scalar, check_variant, is_traced
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["l1", "clamp", "run"]
 
@@ -41,7 +41,7 @@ def clamp(x: torch.Tensor, lo: float, hi: float, variant: str) -> torch.Tensor:
 @scenario_run("p03_subgradient_kinks")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: l1 []; clamped [N]; grads/l1, grads/clamp [N] (d sum / dx)."""
-    x = tensor(fx, "x", requires_grad=True)
+    x = field(fx, "x", requires_grad=True)
     value = l1(x, variant)
     clamped = clamp(x, fx.scalar("lo"), fx.scalar("hi"), variant)
     (g_l1,) = torch.autograd.grad(value, [x])

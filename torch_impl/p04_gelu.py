@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..shared.core.checks import check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["gelu", "run"]
 
@@ -29,7 +29,7 @@ def gelu(x: torch.Tensor, variant: str) -> torch.Tensor:
 @scenario_run("p04_gelu")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [N] = gelu(x); grads/x [N] = gelu'(x)."""
-    x = tensor(fx, "x", requires_grad=True)
+    x = field(fx, "x", requires_grad=True)
     y = gelu(x, variant)
     (grad,) = torch.autograd.grad(y.sum(), [x])  # GRAD-FLOW: elementwise derivative of the activation
     return {"y": numpy(y), "grads/x": numpy(grad)}

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
 __all__ = ["make_layer_norm", "run"]
@@ -25,7 +25,7 @@ __all__ = ["make_layer_norm", "run"]
 def make_layer_norm(fx, variant: str) -> nn.LayerNorm:
     """nn.LayerNorm(D) with its default eps = 1e-5, loaded with the fixture's scale and bias."""
     check_variant("p05_layernorm_eps", variant)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(nn.LayerNorm(fx.dims["D"], dtype=getattr(torch, fx.dtype)), params)
 
 
@@ -33,9 +33,9 @@ def make_layer_norm(fx, variant: str) -> nn.LayerNorm:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [B, D]; grads/x [B, D]; grads/scale, grads/bias [D] of loss = sum(c * y)."""
     ln = make_layer_norm(fx, variant)
-    x, c = tensor(fx, "x", requires_grad=True), tensor(fx, "c")
+    x, c = field(fx, "x", requires_grad=True), field(fx, "c")
     y = ln(x)
-    check_same_shape("weighted_sum", c=tuple(c.shape), y=tuple(y.shape))
+    check_same_shape("weighted_sum", c=c.shape, y=y.shape)
     (c * y).sum().backward()  # GRAD-FLOW: through the row mean and 1 / sqrt(var + eps)
     out = {"y": numpy(y), "grads/x": numpy(x.grad)}
     out.update({f"grads/{k}": g for k, g in grads_of(ln).items()})

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import load_params
 
 __all__ = ["make_batch_norm", "run"]
@@ -26,11 +26,11 @@ __all__ = ["make_batch_norm", "run"]
 def make_batch_norm(fx, variant: str) -> nn.BatchNorm1d:
     """nn.BatchNorm1d(F, momentum=m) with the fixture's scale, bias and running statistics."""
     check_variant("p06_batchnorm_stats", variant)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     bn = nn.BatchNorm1d(fx.dims["F"], momentum=fx.scalar("momentum"), dtype=getattr(torch, fx.dtype))
     load_params(bn, params)
-    bn.running_mean.copy_(tensor(fx, "running_mean"))  # buffers: requires_grad False, nothing recorded
-    bn.running_var.copy_(tensor(fx, "running_var"))
+    bn.running_mean.copy_(field(fx, "running_mean"))  # buffers: requires_grad False, nothing recorded
+    bn.running_var.copy_(field(fx, "running_var"))
     return bn
 
 
@@ -38,11 +38,11 @@ def make_batch_norm(fx, variant: str) -> nn.BatchNorm1d:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: train_out, grads/x [B, F]; running_mean, running_var [F] after one batch; eval_out [E, F]."""
     bn = make_batch_norm(fx, variant)
-    x, c = tensor(fx, "x", requires_grad=True), tensor(fx, "c")
+    x, c = field(fx, "x", requires_grad=True), field(fx, "c")
     train_out = bn.train()(x)  # GRAD-FLOW: running statistics are buffers, never parameters
-    check_same_shape("weighted_sum", c=tuple(c.shape), out=tuple(train_out.shape))
+    check_same_shape("weighted_sum", c=c.shape, out=train_out.shape)
     (c * train_out).sum().backward()  # GRAD-FLOW: through the batch statistics, not the running ones
-    eval_out = bn.eval()(tensor(fx, "x_eval"))
+    eval_out = bn.eval()(field(fx, "x_eval"))
     return {
         "train_out": numpy(train_out),
         "grads/x": numpy(x.grad),

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of
 
 __all__ = ["load_linear", "mse", "run"]
@@ -28,7 +28,7 @@ def load_linear(fx, variant: str) -> nn.Linear:
     check_variant("p07_linear_layout", variant)
     o, i = fx["state_dict/weight"].shape
     lin = nn.Linear(i, o, dtype=getattr(torch, fx.dtype))
-    lin.load_state_dict({"weight": tensor(fx, "state_dict/weight"), "bias": tensor(fx, "state_dict/bias")})
+    lin.load_state_dict({"weight": field(fx, "state_dict/weight"), "bias": field(fx, "state_dict/bias")})
     return lin
 
 
@@ -42,8 +42,8 @@ def mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; pred [B, O]; grads/kernel [I, O] (canonical); grads/bias [O]."""
     lin = load_linear(fx, variant)
-    pred = lin(tensor(fx, "x"))
-    loss = mse(pred, tensor(fx, "y"))
+    pred = lin(field(fx, "x"))
+    loss = mse(pred, field(fx, "y"))
     loss.backward()  # GRAD-FLOW: d loss / d (kernel, bias)
     out = {"loss": numpy(loss), "pred": numpy(pred)}
     out.update({f"grads/{k}": g for k, g in grads_of(lin).items()})

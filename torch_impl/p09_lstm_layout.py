@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
 __all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
@@ -46,7 +46,7 @@ def build_model(fx, variant: str) -> Recurrent:
     torch is the reference: the same model in both variants.
     """
     check_variant("p09_lstm_layout", variant)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(Recurrent(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
 
 
@@ -60,7 +60,7 @@ def lstm_loss(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: h, c [B, H] after T steps; grads/cell/{ih,hh}/{kernel,bias} (canonical layout)."""
     model = build_model(fx, variant)
-    h, c = model(tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "c0"), variant)
+    h, c = model(field(fx, "x"), field(fx, "h0"), field(fx, "c0"), variant)
     lstm_loss(h, c).backward()  # GRAD-FLOW: both biases and kernels are trained through every step
     grads = grads_of(model)
     return {"h": numpy(h), "c": numpy(c), **{f"grads/{k}": g for k, g in grads.items()}}

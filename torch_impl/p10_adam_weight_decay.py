@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["make_optimizer", "mse_loss", "run"]
 
@@ -30,15 +30,15 @@ def make_optimizer(w: torch.Tensor, fx) -> torch.optim.Adam:
 
 def mse_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """0.5 * mean((pred - y)**2) over pred, y [B]. Raises ValueError if the shapes differ."""
-    check_same_shape("mse_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("mse_loss", pred=pred.shape, y=y.shape)
     return 0.5 * ((pred - y) ** 2).mean()
 
 
 @scenario_run("p10_adam_weight_decay")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] and grads/w [D] of step 1 (no decay term); params/w, moved/w [D] after `steps`."""
-    w = tensor(fx, "w", requires_grad=True)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    w = field(fx, "w", requires_grad=True)
+    x, y = field(fx, "x"), field(fx, "y")
     optimizer = make_optimizer(w, fx)
     for step in range(int(fx["steps"])):
         optimizer.zero_grad()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["sqrt_where", "run"]
 
@@ -37,7 +37,7 @@ def sqrt_where(x: torch.Tensor, variant: str) -> torch.Tensor:
 @scenario_run("p13_where_nan")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: f []; grads/x [N] (NaN at x <= 0 in "naive")."""
-    x = tensor(fx, "x", requires_grad=True)
+    x = field(fx, "x", requires_grad=True)
     f = sqrt_where(x, variant)
     (g,) = torch.autograd.grad(f, [x])
     return {"f": numpy(f), "grads/x": numpy(g)}

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..shared.core.checks import check_same_shape
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._common import field, grads_or_zeros, numpy, scenario_run
 
 __all__ = ["td_loss", "naive_td_loss", "run"]
 
@@ -31,7 +31,7 @@ def td_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
       ValueError: q and target differ in shape (e.g. [B, 1] vs [B]).
     """
     target = target.detach()  # GRAD-FLOW: the TD target is a constant for the online net
-    check_same_shape("td_loss", q=tuple(q.shape), target=tuple(target.shape))
+    check_same_shape("td_loss", q=q.shape, target=target.shape)
     return F.mse_loss(q, target)
 
 
@@ -49,7 +49,7 @@ def naive_td_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 @scenario_run("p14_td_loss_broadcast")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a)); grads/target [B] (zero: a constant)."""
-    q, target = tensor(fx, "q", requires_grad=True), tensor(fx, "target", requires_grad=True)
+    q, target = field(fx, "q", requires_grad=True), field(fx, "target", requires_grad=True)
     if variant == "ported":
         loss = td_loss(q.squeeze(-1), target)
     else:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["dense", "run"]
 
@@ -31,10 +31,10 @@ def dense(x: torch.Tensor, kernel: torch.Tensor, variant: str) -> torch.Tensor:
 @scenario_run("p16_matmul_precision")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [B, O]; grads/x [B, I] and grads/kernel [I, O] of sum(g * y)."""
-    x = tensor(fx, "x", requires_grad=True)  # GRAD-FLOW: differentiate x and the kernel
-    kernel = tensor(fx, "kernel", requires_grad=True)
+    x = field(fx, "x", requires_grad=True)  # GRAD-FLOW: differentiate x and the kernel
+    kernel = field(fx, "kernel", requires_grad=True)
     y = dense(x, kernel, variant)
-    g = tensor(fx, "g")
-    check_same_shape("weighted_sum", g=tuple(g.shape), y=tuple(y.shape))
+    g = field(fx, "g")
+    check_same_shape("weighted_sum", g=g.shape, y=y.shape)
     gx, gk = torch.autograd.grad((g * y).sum(), [x, kernel])
     return {"y": numpy(y), "grads/x": numpy(gx), "grads/kernel": numpy(gk)}

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, numpy, scenario_run, tensor
+from ._common import MLP, field, numpy, scenario_run
 from ._layout import load_params, params_of
 
 __all__ = ["init_params", "build_model", "train", "run"]
@@ -58,7 +58,7 @@ def train(model: MLP, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int) -
     for _ in range(steps):
         optimizer.zero_grad(set_to_none=True)
         pred = model(x)
-        check_same_shape("train", pred=tuple(pred.shape), y=tuple(y.shape))
+        check_same_shape("train", pred=pred.shape, y=y.shape)
         loss = torch.mean((pred - y) ** 2)
         loss.backward()  # GRAD-FLOW: the same SGD on both sides: only the starting weights differ
         optimizer.step()
@@ -71,6 +71,6 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: init/<param> (the starting weights); losses [steps]; params/<param> after `steps`."""
     model = build_model(fx, variant)
     out = {f"init/{k}": v for k, v in params_of(model).items()}
-    out["losses"] = numpy(train(model, tensor(fx, "x"), tensor(fx, "y"), fx.scalar("lr"), int(fx["steps"])))
+    out["losses"] = numpy(train(model, field(fx, "x"), field(fx, "y"), fx.scalar("lr"), int(fx["steps"])))
     out.update({f"params/{k}": v for k, v in params_of(model).items()})
     return out

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
 __all__ = ["MLP", "build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "run"]
@@ -42,7 +42,7 @@ class MLP(nn.Module):
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(MLP(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
 
 
@@ -57,7 +57,7 @@ def per_example_grads(model: MLP, x: torch.Tensor, y: torch.Tensor) -> dict[str,
 
     Raises ValueError unless x and y agree on B.
     """
-    check_same_shape("per_example_grads", x_batch=tuple(x.shape[:1]), y=tuple(y.shape))
+    check_same_shape("per_example_grads", x_batch=x.shape[:1], y=y.shape)
     # the torch.func idiom: the parameters as plain tensors, so the per-example gradients carry no graph
     params = {k: v.detach() for k, v in model.named_parameters()}
     grad_one = torch.func.grad(functools.partial(example_loss, model))
@@ -104,10 +104,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; norms [B]; num_clipped [] int64; grads/<param> (batch gradient of the mean loss);
     per_example/<param> [B, ...]; dp_grads/<param>; params/<param> after one DP-SGD step."""
     model = build_model(fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
-    noise_model = load_params(
-        copy.deepcopy(model), {k.removeprefix("noise/"): v for k, v in fx.items() if k.startswith("noise/")}
-    )
+    x, y = field(fx, "x"), field(fx, "y")
+    noise_model = load_params(copy.deepcopy(model), fx.under("noise"))
     noise = {k: torch.from_numpy(p.numpy(force=True)) for k, p in noise_model.named_parameters()}  # data, no graph
     hyper = {k: fx.scalar(k) for k in ("l2_norm_clip", "noise_multiplier")}
     per_example = per_example_grads(model, x, y)

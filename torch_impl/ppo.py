@@ -19,7 +19,7 @@ from torch import nn
 from torch.distributions import Categorical
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, numpy, scenario_run, tensor
+from ._common import MLP, field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
 __all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
@@ -43,7 +43,7 @@ class Agent(nn.Module):
 
 def build_agent(fx) -> Agent:
     """An Agent loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(Agent(d, h, a, getattr(torch, fx.dtype)), params)
 
@@ -79,10 +79,10 @@ def ppo_losses(agent: Agent, batch: dict, coefs: dict, variant: str) -> dict[str
     """
     check_variant("ppo", variant)
     keys = ("actions", "old_logprobs", "advantages", "returns", "values")
-    check_same_shape("ppo_losses", **{k: tuple(batch[k].shape) for k in keys})
+    check_same_shape("ppo_losses", **{k: batch[k].shape for k in keys})
     eps = coefs["clip_coef"]
     logp, entropy, value = agent(batch["obs"], batch["actions"])
-    check_same_shape("ppo_losses", value=tuple(value.shape), returns=tuple(batch["returns"].shape))
+    check_same_shape("ppo_losses", value=value.shape, returns=batch["returns"].shape)
     ratio = (logp - old_logprobs(agent, batch, variant)).exp()  # [B]
     adv = normalize_advantages(batch["advantages"], variant)
     pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - eps, 1 + eps)).mean()
@@ -108,7 +108,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, pg_loss, v_loss, entropy []; ratio, advantages [B]; grads/{actor,critic}/<param> of the
     loss; pg_grads/actor/<param> of pg_loss alone."""
     agent = build_agent(fx)
-    batch = {k: tensor(fx, k) for k in ("obs", "actions", "old_logprobs", "advantages", "returns", "values")}
+    batch = {k: field(fx, k) for k in ("obs", "actions", "old_logprobs", "advantages", "returns", "values")}
     coefs = {k: fx.scalar(k) for k in ("clip_coef", "vf_coef", "ent_coef")}
     out = ppo_losses(agent, batch, coefs, variant)
     out["pg_loss"].backward(retain_graph=True)  # the policy term alone: what the ratio gives the actor

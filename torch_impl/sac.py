@@ -22,7 +22,7 @@ from torch.distributions import Normal
 from torch.distributions.transforms import AffineTransform, ComposeTransform, TanhTransform
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
 __all__ = ["Actor", "SoftQNetwork", "SAC", "build_agent", "q_targets", "q_loss", "actor_loss", "alpha_loss", "run"]
@@ -87,11 +87,9 @@ class SAC(nn.Module):
 
 def build_agent(fx) -> SAC:
     """A SAC loaded with the fixture's canonical parameters (log α is not a layer: copied by hand)."""
-    params = {
-        k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/") and k != "params/log_alpha"
-    }
+    params = {k: v for k, v in fx.under("params").items() if k != "log_alpha"}
     model = load_params(SAC(fx.dims["D"], fx.dims["A"], fx.dims["H"], getattr(torch, fx.dtype)), params)
-    model.log_alpha = nn.Parameter(tensor(fx, "params/log_alpha"))
+    model.log_alpha = nn.Parameter(field(fx, "params/log_alpha"))
     return model
 
 
@@ -115,7 +113,7 @@ def q_loss(model: SAC, batch: dict, y: torch.Tensor) -> torch.Tensor:
     Raises ValueError if y is not [B] like Q (a [B, 1] target would broadcast to [B, B], P14).
     """
     q1, q2 = model.qf1(batch["obs"], batch["actions"]), model.qf2(batch["obs"], batch["actions"])
-    check_same_shape("q_loss", q=tuple(q1.shape), target=tuple(y.shape))
+    check_same_shape("q_loss", q=q1.shape, target=y.shape)
     return F.mse_loss(q1, y) + F.mse_loss(q2, y)
 
 
@@ -156,7 +154,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: q_loss, actor_loss, alpha_loss []; log_pi, q_target [B]; actions_pi [B, A];
     grads/<loss>/{actor,qf1,qf2,qf1_target,qf2_target}/<param> and grads/<loss>/log_alpha of each loss."""
     model = build_agent(fx)
-    batch = {k: tensor(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones", "noise", "next_noise")}
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones", "noise", "next_noise")}
     consts = {k: fx.scalar(k) for k in ("action_scale", "action_bias", "gamma")}
     y = q_targets(model, batch, consts, variant)
     losses = {"q_loss": q_loss(model, batch, y)}

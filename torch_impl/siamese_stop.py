@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._common import field, grads_or_zeros, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
 __all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "run"]
@@ -50,7 +50,7 @@ class Siamese(nn.Module):
 
 def build_model(fx) -> Siamese:
     """A Siamese model loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(Siamese(dims["D"], dims["H"], dims["P"], getattr(torch, fx.dtype)), params)
 
@@ -75,7 +75,7 @@ def symmetric_loss(p1, p2, t1, t2, variant: str) -> tuple[torch.Tensor, torch.Te
     Raises ValueError on an unknown variant or a shape mismatch. Reference: BYOL eq. 2; SimSiam eq. 1-2.
     """
     check_variant("siamese_stop", variant)
-    check_same_shape("symmetric_loss", p1=tuple(p1.shape), t2=tuple(t2.shape), p2=tuple(p2.shape), t1=tuple(t1.shape))
+    check_same_shape("symmetric_loss", p1=p1.shape, t2=t2.shape, p2=p2.shape, t1=t1.shape)
     if variant == "byol":
         return (2 - 2 * F.cosine_similarity(p1, t2, dim=-1)).mean(), (
             2 - 2 * F.cosine_similarity(p2, t1, dim=-1)
@@ -101,7 +101,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     learned = [*model.online.parameters(), *model.predictor.parameters()]
     # GRAD-FLOW: the optimizer holds online and predictor only
     optimizer = torch.optim.SGD(learned, lr=fx.scalar("lr"))
-    views = [tensor(fx, v, requires_grad=variant != "byol") for v in ("x1", "x2")]
+    views = [field(fx, v, requires_grad=variant != "byol") for v in ("x1", "x2")]
     z1, z2 = model.online(views[0]), model.online(views[1])
     t1, t2 = targets(model, z1, z2, views, variant)
     term12, term21 = symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, variant)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._common import field, grads_or_zeros, numpy, scenario_run
 from ._layout import load_params, params_of
 
 __all__ = ["VQVAE", "build_model", "straight_through", "quantize", "vq_losses", "ema_update", "second_order", "run"]
@@ -44,15 +44,15 @@ def build_model(fx) -> VQVAE:
     load_params(
         model, {k: fx[f"params/{k}"] for k in ("encoder/kernel", "encoder/bias", "decoder/kernel", "decoder/bias")}
     )
-    model.codebook = nn.Parameter(tensor(fx, "params/codebook"))  # not an nn.Linear: outside the layout rules
-    model.ema_count.copy_(tensor(fx, "ema_count"))
-    model.ema_sum.copy_(tensor(fx, "ema_sum"))
+    model.codebook = nn.Parameter(field(fx, "params/codebook"))  # not an nn.Linear: outside the layout rules
+    model.ema_count.copy_(field(fx, "ema_count"))
+    model.ema_sum.copy_(field(fx, "ema_sum"))
     return model
 
 
 def straight_through(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """x + (q − x).detach(): forward value q, gradient (and Hessian) of the identity in x. Same shapes."""
-    check_same_shape("straight_through", x=tuple(x.shape), q=tuple(q.shape))
+    check_same_shape("straight_through", x=x.shape, q=q.shape)
     return x + (q - x).detach()  # GRAD-FLOW: straight-through: forward q, backward the identity
 
 
@@ -124,7 +124,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     SGD step (ema_codebook: codebook from the EMA, ema/count [C], ema/sum [C, K]), st/{round,sign}/{value,grad,second}."""
     model = build_model(fx)
     optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
-    losses, z_e, codes = vq_losses(model, tensor(fx, "x"), variant)
+    losses, z_e, codes = vq_losses(model, field(fx, "x"), variant)
     out = {f"loss/{name}": numpy(value) for name, value in losses.items()}
     out.update(codes=numpy(codes.to(torch.int32)), quantized=numpy(model.codebook[codes]))
     params = list(model.parameters())
@@ -140,7 +140,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         out.update({"ema/count": numpy(model.ema_count), "ema/sum": numpy(model.ema_sum)})
     out.update({f"params/{k}": v for k, v in _canonical(model, list(model.parameters())).items()})
     for rounding in ("round", "sign"):
-        y, grad, second = second_order(tensor(fx, "u"), tensor(fx, "t"), rounding)
+        y, grad, second = second_order(field(fx, "u"), field(fx, "t"), rounding)
         out.update({f"st/{rounding}/value": numpy(y), f"st/{rounding}/grad": numpy(grad)})
         out[f"st/{rounding}/second"] = numpy(second)
     return out

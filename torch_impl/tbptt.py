@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_truncation, truncation_length
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import field, numpy, scenario_run, scenario_step
 from ._layout import grads_of, load_params
 
 __all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
@@ -55,7 +55,7 @@ def build_model(fx, cell: str) -> Recurrent:
 
 def step_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """0.5 * mean((y - target)^2) of one step, y and target [B, O]. Raises ValueError on a shape mismatch."""
-    check_same_shape("step_loss", y=tuple(y.shape), target=tuple(target.shape))
+    check_same_shape("step_loss", y=y.shape, target=target.shape)
     return 0.5 * torch.mean((y - target) ** 2)
 
 
@@ -118,8 +118,8 @@ def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """Both cells, as run: per-window backward and d(last loss)/dx; returns the loss summed over steps and cells."""
     t_steps = fx.dims["T"]
     k = truncation_length(variant, t_steps)
-    cells = [(build_model(fx, cell), tensor(fx, "x", requires_grad=True)) for cell in CELLS]
-    targets, h0 = tensor(fx, "targets"), tensor(fx, "h0")
+    cells = [(build_model(fx, cell), field(fx, "x", requires_grad=True)) for cell in CELLS]
+    targets, h0 = field(fx, "targets"), field(fx, "h0")
 
     def step() -> torch.Tensor:
         # run does this inline (no public step function): the same calls, the gradients left in .grad
@@ -145,8 +145,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     k = truncation_length(variant, t_steps)
     for cell in CELLS:
         model = build_model(fx, cell)
-        x, targets = tensor(fx, "x", requires_grad=True), tensor(fx, "targets")
-        losses = [step_loss(y, targets[t]) for t, y in enumerate(unroll(model, x, tensor(fx, "h0"), k))]
+        x, targets = field(fx, "x", requires_grad=True), field(fx, "targets")
+        losses = [step_loss(y, targets[t]) for t, y in enumerate(unroll(model, x, field(fx, "h0"), k))]
         (grad_last,) = torch.autograd.grad(losses[-1], x, retain_graph=True)
         for start in range(0, t_steps, k):  # one backward per window, as a TBPTT training loop does
             torch.stack(losses[start : start + k]).sum().backward()

@@ -32,7 +32,7 @@ from ...shared.core.checks import check_truncation
 from ...shared.core.fixtures import require
 from ...shared.core.runner import lesson
 from .. import frozen_backbone, tbptt
-from .._common import array
+from .._common import field
 
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
@@ -68,7 +68,7 @@ def dispatch_steps(fx) -> dict[str, Callable[[], jax.Array]]:
     traverses their object graph in Python on every call); `nnx_cached_partial_call`: the same
     function through nnx.cached_partial, the mitigation of the Flax performance guide.
     """
-    x = array(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
+    x = field(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
     model = frozen_backbone.build_model(fx)
     optimizer = frozen_backbone.make_optimizer(model, fx, "full_finetune")
     cached = nnx.cached_partial(_add_one_with_state, model, optimizer)
@@ -153,7 +153,7 @@ def _split(calls, pick):
 
 
 def _arrays(fx, *keys: str) -> tuple[jax.Array, ...]:
-    return tuple(array(fx, k) for k in keys)
+    return tuple(field(fx, k) for k in keys)
 
 
 # scenario -> the nnx.jit calls of its make_step: [(function, models and optimizers, arrays, static kwargs)]
@@ -173,7 +173,7 @@ _NNX_CALLS = {
         (
             m.train_step,
             (*(nets := m.build_networks(fx)), nnx.Optimizer(nets[0], optax.sgd(fx.scalar("lr")), wrt=nnx.Param)),
-            ({k: array(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}, array(fx, "gamma")),
+            ({k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}, field(fx, "gamma")),
             {"variant": v},
         )
     ],
@@ -181,7 +181,7 @@ _NNX_CALLS = {
         (
             m._step,
             (m.build_model(fx),),
-            ({k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}, *_arrays(fx, "vf_coef", "ent_coef")),
+            ({k: field(fx, k) for k in ("obs", "actions", "returns", "noise")}, *_arrays(fx, "vf_coef", "ent_coef")),
             {"variant": v},
         )
     ],
@@ -216,7 +216,7 @@ def freezing_steps(fx) -> dict[str, Callable[[], jax.Array]]:
     Raises ValueError for any other fixture.
     """
     require(fx, "frozen_backbone", "float32", "freezing_steps")
-    x, labels = array(fx, "x"), array(fx, "labels")
+    x, labels = field(fx, "x"), field(fx, "labels")
     steps: dict[str, Callable[[], jax.Array]] = {}
     for variant in ("full_finetune", "detach_features", "freeze_params"):
         model = frozen_backbone.build_model(fx)
@@ -284,7 +284,7 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], jax.Array], Callable
     t_steps = require(fx, "tbptt", "float32", "tbptt_step").dims["T"]
     k = check_truncation("tbptt_step", k, t_steps, divides=form == "windows")
     model, params = tbptt.build_model(fx, "gru")
-    args = (params, array(fx, "x"), array(fx, "h0"), array(fx, "targets"))
+    args = (params, field(fx, "x"), field(fx, "h0"), field(fx, "targets"))
     if form == "windows":
         fn = jax.jit(lambda p, x, h, y: tbptt.train_windows(model, p, x, h, y, k))
     else:  # the carry is stopped every k steps, but one gradient keeps every step's residuals

@@ -31,7 +31,7 @@ from ...shared.core.checks import check_truncation
 from ...shared.core.fixtures import require
 from ...shared.core.runner import lesson
 from .. import frozen_backbone, tbptt
-from .._common import tensor
+from .._common import field
 
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
@@ -74,7 +74,7 @@ def dispatch_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
 
     What a tiny step pays per operation in eager mode; compare the JAX twin's per-call costs.
     """
-    x = tensor(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
+    x = field(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
     return {"eager_op": _synced(lambda: x + 1.0)}
 
 
@@ -121,7 +121,7 @@ def freezing_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
     Raises ValueError for any other fixture.
     """
     require(fx, "frozen_backbone", "float32", "freezing_steps")
-    x, labels = tensor(fx, "x"), tensor(fx, "labels")
+    x, labels = field(fx, "x"), field(fx, "labels")
     steps: dict[str, Callable[[], torch.Tensor]] = {}
     for variant in ("full_finetune", "detach_features", "freeze_params"):
         model = frozen_backbone.build_model(fx)
@@ -202,7 +202,7 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], torch.Tensor], Calla
     t_steps = require(fx, "tbptt", "float32", "tbptt_step").dims["T"]
     k = check_truncation("tbptt_step", k, t_steps, divides=form == "windows")
     model = tbptt.build_model(fx, "gru")
-    x, h0, targets = tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "targets")
+    x, h0, targets = field(fx, "x"), field(fx, "h0"), field(fx, "targets")
 
     def step() -> torch.Tensor:
         model.zero_grad(set_to_none=True)
