@@ -22,10 +22,21 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import field, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params
 
-__all__ = ["Block", "Model", "build_model", "mse", "saved_activation_bytes", "make_step", "run"]
+__all__ = [
+    "Block",
+    "Model",
+    "build_model",
+    "mse",
+    "saved_activation_bytes",
+    "loss_and_grads",
+    "train_step",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 
 class _Embed(nn.Module):
@@ -105,33 +116,45 @@ def saved_activation_bytes(fx, variant: str) -> int:
     return int(sum(t.numel() * t.element_size() for t in saved))
 
 
-@scenario_step("checkpointing")
-def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
-    """One SGD step of head and block through the (checkpointed) block; returns the loss before the update."""
+def loss_and_grads(model: Model, tokens: torch.Tensor, y: torch.Tensor, variant: str):
+    """(loss [], canonical gradients: a frozen or cut-off parameter zeros) of one backward through the block."""
+    model.zero_grad(set_to_none=True)
+    loss = mse(model(tokens, variant), y)
+    loss.backward()
+    table = model.embed.embedding
+    return loss, {"embed/embedding": torch.zeros_like(table) if table.grad is None else table.grad, **grads_of(model)}
+
+
+def train_step(
+    model: Model, optimizer: torch.optim.Optimizer, tokens: torch.Tensor, y: torch.Tensor, variant: str
+) -> torch.Tensor:
+    """One SGD step of head and block; returns the loss before the step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = mse(model(tokens, variant), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one SGD train_step of a model built from the fixture (the loss)."""
     model = build_model(fx)
     optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=fx.scalar("lr"))
     tokens, y = field(fx, "tokens"), field(fx, "y")
+    return [StepCall(train_step, (model, optimizer), (tokens, y), {"variant": variant}, loss=())]
 
-    def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = mse(model(tokens, variant), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
 
-    return step
+@scenario_step("checkpointing")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One SGD step of head and block through the (checkpointed) block; returns the loss before the update."""
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("checkpointing")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/{embed,block,head}/<param> (a frozen or cut-off parameter: zeros)."""
     model = build_model(fx)
-    loss = mse(model(field(fx, "tokens"), variant), field(fx, "y"))
-    loss.backward()
-    table = model.embed.embedding
-    out = {
-        "loss": numpy(loss),
-        "grads/embed/embedding": numpy(torch.zeros_like(table) if table.grad is None else table.grad),
-    }
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})  # .grad None -> zeros (P11)
+    loss, grads = loss_and_grads(model, field(fx, "tokens"), field(fx, "y"), variant)
+    out = {"loss": numpy(loss)}
+    out.update({f"grads/{k}": g for k, g in grads.items()})  # .grad None -> zeros (P11)
     return out

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_values, check_variant
-from ._common import field, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params, params_of
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "generator_loss",
     "discriminator_step",
     "generator_step",
+    "step_calls",
     "make_step",
     "run",
 ]
@@ -124,19 +125,21 @@ def generator_step(model: GAN, g_opt: torch.optim.Adam, z: torch.Tensor):
     return loss, grads
 
 
-@scenario_step("gan")
-def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
-    """One discriminator_step then one generator_step (Adam each); returns L_D + L_G, each before its update."""
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one discriminator_step, then one generator_step, of a model built from the fixture."""
     model = build_model(fx)
     d_opt, g_opt = make_optimizers(model, fx)
     real, z = field(fx, "real"), field(fx, "z")
+    return [
+        StepCall(discriminator_step, (model, d_opt), (real, z), {"variant": variant}),
+        StepCall(generator_step, (model, g_opt), (z,)),
+    ]
 
-    def step() -> torch.Tensor:
-        d_loss, _ = discriminator_step(model, d_opt, real, z, variant)
-        g_loss, _ = generator_step(model, g_opt, z)
-        return (d_loss + g_loss).detach()
 
-    return step
+@scenario_step("gan")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One discriminator_step then one generator_step (Adam each); returns L_D + L_G, each before its update."""
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("gan")
