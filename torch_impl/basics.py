@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import field, grads_or_zeros, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, grads_or_zeros, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["forward", "loss_via_z", "loss_total", "make_step", "run"]
+__all__ = ["forward", "loss_via_z", "loss_total", "gradients", "step_calls", "make_step", "run"]
 
 
 def forward(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,19 +51,25 @@ def loss_total(x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, variant: str) 
     return (d * y + c * z).sum()
 
 
+def gradients(x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, variant: str):
+    """(loss_total [], d loss_via_z / dx [N], d loss_total / dx [N]): the lesson's two gradients; x requires grad."""
+    (g_via_z,) = grads_or_zeros(loss_via_z(x, c, variant), [x])
+    loss = loss_total(x, c, d, variant)
+    (g_total,) = grads_or_zeros(loss, [x])
+    return loss, g_via_z, g_total
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: the lesson's two gradients on the fixture (loss_total first)."""
+    x = field(fx, "x", requires_grad=True)
+    c, d = field(fx, "c"), field(fx, "d")
+    return [StepCall(gradients, (), (x, c, d), {"variant": variant})]
+
+
 @scenario_step("basics")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """d/dx of loss_via_z and of loss_total (both gradients of run); returns loss_total."""
-    x = field(fx, "x", requires_grad=True)
-    c, d = field(fx, "c"), field(fx, "d")
-
-    def step() -> torch.Tensor:
-        grads_or_zeros(loss_via_z(x, c, variant), [x])
-        loss = loss_total(x, c, d, variant)
-        grads_or_zeros(loss, [x])
-        return loss.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("basics")
@@ -72,6 +78,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     x = field(fx, "x", requires_grad=True)
     c, d = field(fx, "c"), field(fx, "d")
     y, z = forward(x, variant)
-    (g_via_z,) = grads_or_zeros(loss_via_z(x, c, variant), [x])
-    (g_total,) = grads_or_zeros(loss_total(x, c, d, variant), [x])
+    _, g_via_z, g_total = gradients(x, c, d, variant)
     return {"y": numpy(y), "z": numpy(z), "grads/x_via_z": numpy(g_via_z), "grads/x_total": numpy(g_total)}

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_rank, check_same_shape, check_variant
-from ._common import field, grads_or_zeros, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, grads_or_zeros, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["predict", "mse_loss", "make_step", "run"]
+__all__ = ["predict", "mse_loss", "loss_and_grads", "step_calls", "make_step", "run"]
 
 
 def predict(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, variant: str) -> torch.Tensor:
@@ -41,18 +41,23 @@ def mse_loss(y_hat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return ((y_hat - y) ** 2).mean()
 
 
+def loss_and_grads(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, y: torch.Tensor, variant: str):
+    """(loss [], (d loss / dw [D], d loss / db [], d loss / dx [B, D])) of the squared error; w, b, x require grad."""
+    loss = mse_loss(predict(w, b, x, variant), y)
+    return loss, tuple(grads_or_zeros(loss, [w, b, x]))
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: the squared error's gradients for w, b and x on the fixture (no update; the loss first)."""
+    w, b, x = (field(fx, k, requires_grad=True) for k in ("w", "b", "x"))
+    y = field(fx, "y")
+    return [StepCall(loss_and_grads, (), (w, b, x, y), {"variant": variant})]
+
+
 @scenario_step("linear_regression")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """Gradients of the squared error for w, b and x (no update: run takes none); returns the loss."""
-    w, b, x = (field(fx, k, requires_grad=True) for k in ("w", "b", "x"))
-    y = field(fx, "y")
-
-    def step() -> torch.Tensor:
-        loss = mse_loss(predict(w, b, x, variant), y)
-        grads_or_zeros(loss, [w, b, x])
-        return loss.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("linear_regression")
@@ -60,6 +65,5 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/w [D], grads/b [], grads/x [B, D]."""
     w, b, x = (field(fx, k, requires_grad=True) for k in ("w", "b", "x"))
     y = field(fx, "y")
-    loss = mse_loss(predict(w, b, x, variant), y)
-    g_w, g_b, g_x = grads_or_zeros(loss, [w, b, x])
+    loss, (g_w, g_b, g_x) = loss_and_grads(w, b, x, y, variant)
     return {"loss": numpy(loss), "grads/w": numpy(g_w), "grads/b": numpy(g_b), "grads/x": numpy(g_x)}
