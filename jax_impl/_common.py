@@ -28,6 +28,7 @@ __all__ = [
     "field",
     "numpy",
     "flat",
+    "nested",
     "params_of",
     "load_params",
     "grads_of",
@@ -170,6 +171,19 @@ def flat(tree: Mapping) -> dict[str, np.ndarray]:
             out.update({f"{k}/{kk}": vv for kk, vv in flat(v).items()})
         else:
             out[str(k)] = numpy(v)
+    return out
+
+
+def nested(arrays: Mapping[str, np.ndarray]) -> dict:
+    """Flat arrays keyed by '/'-joined paths as a nested dict of JAX arrays (the inverse of flat):
+    {"cell/ih/kernel": a} -> {"cell": {"ih": {"kernel": jnp.asarray(a)}}}, for models that are plain functions."""
+    out: dict = {}
+    for key, value in arrays.items():
+        *path, leaf = key.split("/")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = jnp.asarray(value)
     return out
 
 

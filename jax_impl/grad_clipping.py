@@ -24,9 +24,18 @@ import numpy as np
 import optax
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_values, check_variant, check_x64
-from ._common import field, flat, numpy, scenario_run, scenario_step
+from ._common import field, flat, nested, numpy, scenario_run, scenario_step
 
-__all__ = ["Recurrent", "build_model", "masked_loss", "clip_by_global_norm_torch", "train_step", "make_step", "run"]
+__all__ = [
+    "Recurrent",
+    "build_model",
+    "masked_loss",
+    "clip_by_global_norm_torch",
+    "train_step",
+    "NO_STEP_CALLS",
+    "make_step",
+    "run",
+]
 
 TORCH_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (total_norm + 1e-6)
 
@@ -55,16 +64,7 @@ def build_model(fx) -> tuple[Recurrent, dict]:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params: dict = {}
-    for key in fx:
-        if not key.startswith("params/"):
-            continue
-        *path, name = key.removeprefix("params/").split("/")
-        node = params
-        for part in path:
-            node = node.setdefault(part, {})
-        node[name] = field(fx, key)
-    return Recurrent(), params
+    return Recurrent(), nested(fx.under("params"))
 
 
 def masked_loss(y: jax.Array, target: jax.Array, mask: jax.Array, weight: jax.Array) -> jax.Array:
@@ -114,6 +114,11 @@ def train_step(params, h, xs, targets, mask, max_norm, weight, lr, variant: str)
     updates, _ = sgd.update(clipped, sgd.init(params))
     stats = jnp.stack([loss, optax.tree.norm(grads), optax.tree.norm(clipped)])
     return optax.apply_updates(params, updates), stats, h
+
+
+# no step_calls (the bench's tuned forms tune fixed calls): each call trains the next window, and the
+# JAX step is a pure jax.jit whose parameters and carry pass from one call to the next
+NO_STEP_CALLS = "its step walks the windows, threading the parameters and the carry from call to call"
 
 
 @scenario_step("grad_clipping")

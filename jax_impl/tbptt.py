@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_truncation, check_x64, truncation_length
-from ._common import StepCall, field, flat, numpy, scenario_run, scenario_step, step_of
+from ._common import StepCall, field, flat, nested, numpy, scenario_run, scenario_step, step_of
 
 __all__ = [
     "Recurrent",
@@ -79,14 +79,7 @@ def build_model(fx, cell: str) -> tuple[Recurrent, dict]:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params: dict = {}
-    for key, value in fx.under(f"params/{cell}").items():  # "cell/ih/kernel" -> params["cell"]["ih"]["kernel"]
-        *path, leaf = key.split("/")
-        node = params
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = jnp.asarray(value)
-    return Recurrent(cell), params
+    return Recurrent(cell), nested(fx.under(f"params/{cell}"))
 
 
 def step_loss(y: jax.Array, target: jax.Array) -> jax.Array:

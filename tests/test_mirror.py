@@ -28,6 +28,7 @@ ONE_SIDED_NAMES = {
         "grads_or_zeros",
     ): "torch.autograd.grad reports no path as None or raises; jax.grad gives zeros",
     ("_common", "jax", "flat"): "nested dicts and nnx.State need flattening; torch modules name their leaves flat",
+    ("_common", "jax", "nested"): "models written as plain functions take a nested pytree; torch modules hold theirs",
     ("_common", "jax", "load_params"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "params_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "grads_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",

@@ -27,11 +27,13 @@ __all__ = [
     "Regressor",
     "build_model",
     "autocast",
+    "linear",
     "mse",
     "LossScale",
     "make_scaler",
     "make_optimizer",
     "train_step",
+    "NO_STEP_CALLS",
     "make_step",
     "run",
 ]
@@ -59,6 +61,15 @@ def build_model(fx) -> Regressor:
 def autocast(enabled: bool = True) -> torch.autocast:
     """torch.autocast("cpu", dtype=torch.bfloat16): F.linear casts float32 operands to bf16; float64 stays."""
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
+
+
+def linear(layer: nn.Linear, x: torch.Tensor, enabled: bool = True) -> torch.Tensor:
+    """A Linear layer as torch's autocast runs it: bf16 operands, float32 sums, one rounding to bf16 [B, out].
+
+    enabled False or float64 operands: the plain x @ weight.T + bias in their dtype.
+    """
+    with autocast(enabled):
+        return layer(x)
 
 
 def mse(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -151,6 +162,11 @@ def train_step(model, optimizer, scaler, x, y, poison: float):
     scaler.step(optimizer)  # GRAD-FLOW: a non-finite gradient never reaches the parameters
     scaler.update()
     return loss, grads, _adam_count(optimizer) == before
+
+
+# no step_calls (the bench's tuned forms tune fixed calls): the JAX step is a pure jax.jit whose
+# state (parameters, Adam state, loss scale) passes from one call to the next
+NO_STEP_CALLS = "its step threads the parameters, the Adam state and the loss scale from call to call"
 
 
 @scenario_step("mixed_precision")
