@@ -157,3 +157,8 @@ def test_scenario_pair_has_run_port_note_tags_and_its_step(name: str) -> None:
             f"{fw}_impl/{name}.py: make_step {'missing' if spec.has_step else 'present'}, "
             f"but the record's step_loss is {'set' if spec.has_step else 'None'}"
         )
+        # a step's calls are public (the bench tunes them), or the lesson says why it has none
+        surface = {"step_calls", "NO_STEP_CALLS"} & set(facts["all"])
+        assert len(surface) == spec.has_step, (
+            f"{fw}_impl/{name}.py: expected one of step_calls / NO_STEP_CALLS with a step, neither without, got {sorted(surface)}"
+        )

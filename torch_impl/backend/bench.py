@@ -86,12 +86,18 @@ def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], torch.Tensor],
     its first call compiles, and a step that cannot be compiled raises there (the bench reports
     it). Dynamo's caches are reset first, so each compile starts from nothing. facts(): the
     graphs compiled and the graph breaks met so far (Dynamo's counters: every backward() and
-    autograd.grad call splits a step). fx: a float32 fixture of a scenario with a step.
-    Raises ValueError as that make_step.
+    autograd.grad call splits a step). Every lesson with a step gets the column: torch.compile
+    takes the step whole (the JAX twin tunes the lesson's step_calls one by one).
+    Raises ValueError unless fx is a float32 fixture of a scenario with a step and variant is one of its.
     """
     from torch._dynamo.utils import counters
 
-    step = lesson("torch", fx.scenario).make_step(fx, variant)
+    name = fx.scenario
+    require(fx, name, "float32", "tuned_steps")
+    fx.spec.check_variant(variant)
+    if not fx.spec.has_step:
+        raise ValueError(f"tuned_steps: fx expected a fixture of a scenario with a step, got {name!r}")
+    step = lesson("torch", name).make_step(fx, variant)
     torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(step, mode="default", dynamic=False)
