@@ -1,12 +1,15 @@
 """ppo: PPO's clipped surrogate loss; the rollout's log-probabilities and advantages are constants.
 
 Gradient flow: pg_loss -> actor through the ratio r = exp(logπ − logπ_old) only (logπ_old,
-Â, R, V_old are rollout constants); v_loss -> critic; entropy -> actor. Recomputing logπ_old
+Â, R, V_old are rollout constants; Â is stopped even if a caller computed it from the critic
+and left it attached); v_loss -> critic; entropy -> actor. Recomputing logπ_old
 at update time needs the stop: old_logprob_attached forgets it, r ≡ 1 and ∇r = 0.
 Port note: CleanRL's rollout runs under torch.no_grad(); in JAX stored arrays are constants
 already and a recomputed logπ_old needs jax.lax.stop_gradient. `adv.std()` is unbiased in
 torch: port it as jnp.std(adv, ddof=1), never the default jnp.std (naive_jnp_std).
-torch.max(−Â·r, −Â·clip(r)) is rlax.clipped_surrogate_pg_loss's −fmin(r·Â, clip(r)·Â).
+torch.max(−Â·r, −Â·clip(r)) is rlax.clipped_surrogate_pg_loss's −fmin(r·Â, clip(r)·Â); rlax
+stops Â by default (use_stop_gradient=True), a stop the torch code must write: both sides stop it
+on a tagged line (rlax's flag off), so a side-by-side read shows it.
 Shapes: B samples of a minibatch, D observation features, H hidden units, A actions.
 Reference: Schulman et al. 2017, arXiv:1707.06347; CleanRL ppo.py (Huang et al. 2022, JMLR 23(274)).
 """
@@ -85,6 +88,7 @@ def ppo_losses(agent: Agent, batch: dict, coefs: dict, variant: str) -> dict[str
     check_same_shape("ppo_losses", value=value.shape, returns=batch["returns"].shape)
     ratio = (logp - old_logprobs(agent, batch, variant)).exp()  # [B]
     adv = normalize_advantages(batch["advantages"], variant)
+    adv = adv.detach()  # GRAD-FLOW: advantages are rollout constants: the policy loss must not train the critic
     pg_loss = torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - eps, 1 + eps)).mean()
     unclipped = (value - batch["returns"]) ** 2
     if variant == "value_unclipped":
