@@ -23,7 +23,7 @@ from ..shared.core.checks import check_same_shape, check_scalar, check_variant
 from ._common import field, grads_or_zeros, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
-__all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "run"]
+__all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "train_step", "run"]
 
 
 class Network(nn.Module):
@@ -93,6 +93,26 @@ def ema_update(online: nn.Module, target: nn.Module, tau: float) -> nn.Module:
     return target
 
 
+def train_step(model: Siamese, optimizer: torch.optim.Optimizer, views: list, tau: float, variant: str):
+    """One SGD step of online and predictor, then BYOL's EMA target update; returns (loss before the
+    step, canonical gradients, {term: the views' gradients (x1, x2) [B, D]} in the simsiam variants)."""
+    z1, z2 = model.online(views[0]), model.online(views[1])
+    t1, t2 = targets(model, z1, z2, views, variant)
+    term12, term21 = symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, variant)
+    view_grads = {}
+    if variant != "byol":
+        for name, term in (("term12", term12), ("term21", term21)):
+            view_grads[name] = grads_or_zeros(term, views, retain_graph=True)
+    loss = term12 + term21
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = grads_of(model)
+    optimizer.step()
+    if variant == "byol":
+        ema_update(model.online, model.target, tau)
+    return loss, grads, view_grads
+
+
 @scenario_run("siamese_stop")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/<net>/<param> and params/<net>/<param> after one step for online, predictor
@@ -102,22 +122,12 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     # GRAD-FLOW: the optimizer holds online and predictor only
     optimizer = torch.optim.SGD(learned, lr=fx.scalar("lr"))
     views = [field(fx, v, requires_grad=variant != "byol") for v in ("x1", "x2")]
-    z1, z2 = model.online(views[0]), model.online(views[1])
-    t1, t2 = targets(model, z1, z2, views, variant)
-    term12, term21 = symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, variant)
+    loss, grads, view_grads = train_step(model, optimizer, views, fx.scalar("tau"), variant)
     out = {}
-    if variant != "byol":
-        for name, loss in (("term12", term12), ("term21", term21)):
-            grads = grads_or_zeros(loss, views, retain_graph=True)
-            out.update({f"view_grads/{name}/{v}": numpy(g) for v, g in zip(("x1", "x2"), grads, strict=True)})
-    loss = term12 + term21
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    for name, (g1, g2) in view_grads.items():
+        out.update({f"view_grads/{name}/x1": g1, f"view_grads/{name}/x2": g2})
     nets = ("online", "predictor", "target") if variant == "byol" else ("online", "predictor")
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items() if k.split("/")[0] in nets})
-    optimizer.step()
-    if variant == "byol":
-        ema_update(model.online, model.target, fx.scalar("tau"))
+    out.update({f"grads/{k}": g for k, g in grads.items() if k.split("/")[0] in nets})
     out.update({f"params/{k}": v for k, v in params_of(model).items() if k.split("/")[0] in nets})
     out["loss"] = numpy(loss)
     return out
