@@ -21,7 +21,7 @@ from flax import nnx
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
 from ._common import field, flat, load_params, scenario_run
 
-__all__ = ["make_layer_norm", "run"]
+__all__ = ["make_layer_norm", "forward_and_grads", "run"]
 
 TORCH_EPS = 1e-5
 
@@ -39,23 +39,24 @@ def make_layer_norm(fx, variant: str) -> nnx.LayerNorm:
     return load_params(ln, params)
 
 
-def _loss(ln: nnx.LayerNorm, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
-    y = ln(x)
-    check_same_shape("weighted_sum", c=c.shape, y=y.shape)
-    return jnp.sum(c * y), y
-
-
 @nnx.jit
-def _forward_and_grads(ln: nnx.LayerNorm, x: jax.Array, c: jax.Array):
-    grad_fn = nnx.grad(_loss, argnums=(0, 1), has_aux=True)  # GRAD-FLOW: through the row mean and 1 / sqrt(var + eps)
-    (g_ln, g_x), y = grad_fn(ln, x, c)
+def forward_and_grads(ln: nnx.LayerNorm, x: jax.Array, c: jax.Array):
+    """(y [B, D], gradient State of scale and bias, d loss / dx [B, D]) of loss = sum(c * y), jitted."""
+
+    def loss_fn(ln: nnx.LayerNorm, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        y = ln(x)
+        check_same_shape("weighted_sum", c=c.shape, y=y.shape)
+        return jnp.sum(c * y), y
+
+    grad_fn = nnx.grad(loss_fn, argnums=(0, 1), has_aux=True)  # GRAD-FLOW: through the row mean and 1 / sqrt(var + eps)
+    (g_ln, g_x), y = grad_fn(ln, x)
     return y, g_ln, g_x
 
 
 @scenario_run("p05_layernorm_eps")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [B, D]; grads/x [B, D]; grads/scale, grads/bias [D] of loss = sum(c * y)."""
-    y, g_ln, g_x = _forward_and_grads(make_layer_norm(fx, variant), field(fx, "x"), field(fx, "c"))
+    y, g_ln, g_x = forward_and_grads(make_layer_norm(fx, variant), field(fx, "x"), field(fx, "c"))
     out = {"y": y, "grads/x": g_x}
     out.update({f"grads/{k}": g for k, g in flat(g_ln).items()})
     return out

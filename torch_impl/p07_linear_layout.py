@@ -17,10 +17,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import field, numpy, scenario_run
+from ._common import field, scenario_run
 from ._layout import grads_of
 
-__all__ = ["load_linear", "mse", "run"]
+__all__ = ["load_linear", "mse", "loss_and_grads", "run"]
 
 
 def load_linear(fx, variant: str) -> nn.Linear:
@@ -34,17 +34,22 @@ def load_linear(fx, variant: str) -> nn.Linear:
 
 def mse(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Mean squared error of pred [B, O] against target [B, O]. Raises ValueError on a shape mismatch."""
-    check_same_shape("mse", pred=tuple(pred.shape), target=tuple(target.shape))
+    check_same_shape("mse", pred=pred.shape, target=target.shape)
     return F.mse_loss(pred, target)
+
+
+def loss_and_grads(lin: nn.Linear, x: torch.Tensor, y: torch.Tensor):
+    """(loss [], pred [B, O], canonical gradients of kernel [I, O] and bias [O])."""
+    pred = lin(x)
+    loss = mse(pred, y)
+    loss.backward()  # GRAD-FLOW: d loss / d (kernel, bias)
+    return loss, pred, grads_of(lin)
 
 
 @scenario_run("p07_linear_layout")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; pred [B, O]; grads/kernel [I, O] (canonical); grads/bias [O]."""
-    lin = load_linear(fx, variant)
-    pred = lin(field(fx, "x"))
-    loss = mse(pred, field(fx, "y"))
-    loss.backward()  # GRAD-FLOW: d loss / d (kernel, bias)
-    out = {"loss": numpy(loss), "pred": numpy(pred)}
-    out.update({f"grads/{k}": g for k, g in grads_of(lin).items()})
+    loss, pred, grads = loss_and_grads(load_linear(fx, variant), field(fx, "x"), field(fx, "y"))
+    out = {"loss": loss, "pred": pred}
+    out.update({f"grads/{k}": g for k, g in grads.items()})
     return out

@@ -52,7 +52,7 @@ def build_model(fx, variant: str) -> Recurrent:
 
 def lstm_loss(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """0.5 * sum(h_T**2) + sum(c_T) over [B, H]: reaches both halves of the carry. ValueError if shapes differ."""
-    check_same_shape("lstm_loss", h=tuple(h.shape), c=tuple(c.shape))
+    check_same_shape("lstm_loss", h=h.shape, c=c.shape)
     return 0.5 * (h**2).sum() + c.sum()
 
 
