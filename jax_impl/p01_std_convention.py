@@ -41,6 +41,7 @@ def row_std(x: jax.Array, variant: str) -> jax.Array:
 @functools.partial(jax.jit, static_argnames="variant")
 def std_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
     """(row_std(x) [R], d sum(std) / dx [R, N]), jitted."""
+    check_variant("p01_std_convention", variant)
     std, vjp = jax.vjp(lambda x: row_std(x, variant), x)
     (grad,) = vjp(jnp.ones_like(std))  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
     return std, grad

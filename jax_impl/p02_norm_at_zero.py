@@ -54,6 +54,7 @@ def penalized(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> jax.A
 @functools.partial(jax.jit, static_argnames="variant")
 def norm_and_grads(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> dict[str, jax.Array]:
     """norm [] and the gradients of norm, sq_norm and penalized at x [N], jitted."""
+    check_variant("p02_norm_at_zero", variant)
     return {
         "norm": norm(x, variant),
         "grads/norm": jax.grad(norm)(x, variant),

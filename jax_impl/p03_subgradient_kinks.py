@@ -61,6 +61,7 @@ def clamp(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) -> jax.Array
 @functools.partial(jax.jit, static_argnames="variant")
 def values_and_grads(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) -> dict[str, jax.Array]:
     """l1 [], clamped [N] and the gradients of l1 and sum(clamped) at x [N], jitted."""
+    check_variant("p03_subgradient_kinks", variant)
     return {
         "l1": l1(x, variant),
         "clamped": clamp(x, lo, hi, variant),

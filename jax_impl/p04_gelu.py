@@ -33,6 +33,7 @@ def gelu(x: jax.Array, variant: str) -> jax.Array:
 @functools.partial(jax.jit, static_argnames="variant")
 def gelu_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
     """(gelu(x) [N], gelu'(x) [N]), jitted."""
+    check_variant("p04_gelu", variant)
     y, vjp = jax.vjp(lambda x: gelu(x, variant), x)
     (grad,) = vjp(jnp.ones_like(y))  # GRAD-FLOW: elementwise derivative of the activation
     return y, grad

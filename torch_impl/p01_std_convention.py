@@ -27,6 +27,7 @@ def row_std(x: torch.Tensor, variant: str) -> torch.Tensor:
 
 def std_and_grad(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(row_std(x) [R], d sum(std) / dx [R, N]); x requires grad."""
+    check_variant("p01_std_convention", variant)
     std = row_std(x, variant)
     (grad,) = torch.autograd.grad(std.sum(), [x])  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
     return std, grad

@@ -44,6 +44,7 @@ def penalized(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> tor
 
 def norm_and_grads(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> dict[str, torch.Tensor]:
     """norm [] and the gradients of norm, sq_norm and penalized at x [N]; x requires grad."""
+    check_variant("p02_norm_at_zero", variant)
     return {
         "norm": norm(x, variant),
         "grads/norm": torch.autograd.grad(norm(x, variant), [x])[0],

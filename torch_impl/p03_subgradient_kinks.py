@@ -40,6 +40,7 @@ def clamp(x: torch.Tensor, lo: float, hi: float, variant: str) -> torch.Tensor:
 
 def values_and_grads(x: torch.Tensor, lo: float, hi: float, variant: str) -> dict[str, torch.Tensor]:
     """l1 [], clamped [N] and the gradients of l1 and sum(clamped) at x [N]; x requires grad."""
+    check_variant("p03_subgradient_kinks", variant)
     return {
         "l1": l1(x, variant),
         "clamped": clamp(x, lo, hi, variant),

@@ -28,6 +28,7 @@ def gelu(x: torch.Tensor, variant: str) -> torch.Tensor:
 
 def gelu_and_grad(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(gelu(x) [N], gelu'(x) [N]); x requires grad."""
+    check_variant("p04_gelu", variant)
     y = gelu(x, variant)
     (grad,) = torch.autograd.grad(y.sum(), [x])  # GRAD-FLOW: elementwise derivative of the activation
     return y, grad
