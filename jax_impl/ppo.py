@@ -26,7 +26,7 @@ from flax import nnx
 from ..shared.core.checks import check_same_shape, check_variant
 from ._common import MLP, field, grads_of, load_params, numpy, scenario_run
 
-__all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
+__all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "losses_and_grads", "run"]
 
 STORED = ("clipped", "value_unclipped", "naive_jnp_std")
 
@@ -111,16 +111,19 @@ def ppo_losses(agent: Agent, batch: dict, coefs: dict, variant: str) -> dict[str
     }
 
 
-def _loss(agent, batch, coefs, variant):
-    out = ppo_losses(agent, batch, coefs, variant)
-    return out["loss"], out
-
-
 @nnx.jit(static_argnames="variant")
-def _grads(agent, batch, coefs, variant):
-    (_, out), grads = nnx.value_and_grad(_loss, has_aux=True)(agent, batch, coefs, variant)
-    pg_grads = nnx.grad(lambda m: ppo_losses(m, batch, coefs, variant)["pg_loss"])(agent)  # the policy term alone
-    return out, grads, pg_grads
+def losses_and_grads(agent: Agent, batch: dict, coefs: dict, variant: str):
+    """(ppo_losses' outputs, gradient State of the loss, actor gradient State of pg_loss alone), jitted."""
+
+    def loss_fn(agent: Agent) -> tuple[jax.Array, dict[str, jax.Array]]:
+        out = ppo_losses(agent, batch, coefs, variant)
+        return out["loss"], out
+
+    pg_grads = nnx.grad(lambda m: loss_fn(m)[1]["pg_loss"])(
+        agent
+    )  # the policy term alone: what the ratio gives the actor
+    (_, out), grads = nnx.value_and_grad(loss_fn, has_aux=True)(agent)
+    return out, grads, pg_grads["actor"]
 
 
 @scenario_run("ppo")
@@ -130,8 +133,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     agent = build_agent(fx)
     batch = {k: field(fx, k) for k in ("obs", "actions", "old_logprobs", "advantages", "returns", "values")}
     coefs = {k: field(fx, k) for k in ("clip_coef", "vf_coef", "ent_coef")}
-    out, grads, pg_grads = _grads(agent, batch, coefs, variant)
+    out, grads, pg_grads = losses_and_grads(agent, batch, coefs, variant)
     result = {k: numpy(v) for k, v in out.items()}
     result.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
-    result.update({f"pg_grads/{k}": g for k, g in grads_of(pg_grads).items() if k.startswith("actor/")})
+    result.update({f"pg_grads/actor/{k}": g for k, g in grads_of(pg_grads).items()})
     return result

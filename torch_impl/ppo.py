@@ -25,7 +25,7 @@ from ..shared.core.checks import check_same_shape, check_variant
 from ._common import MLP, field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
-__all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
+__all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "losses_and_grads", "run"]
 
 STORED = ("clipped", "value_unclipped", "naive_jnp_std")
 
@@ -107,6 +107,17 @@ def ppo_losses(agent: Agent, batch: dict, coefs: dict, variant: str) -> dict[str
     }
 
 
+def losses_and_grads(agent: Agent, batch: dict, coefs: dict, variant: str):
+    """(ppo_losses' outputs, canonical gradients of the loss, actor gradients of pg_loss alone)."""
+    out = ppo_losses(agent, batch, coefs, variant)
+    agent.zero_grad(set_to_none=True)
+    out["pg_loss"].backward(retain_graph=True)  # the policy term alone: what the ratio gives the actor
+    pg_grads = grads_of(agent.actor)  # .grad None -> explicit zeros (P11)
+    agent.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    return out, grads_of(agent), pg_grads
+
+
 @scenario_run("ppo")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, pg_loss, v_loss, entropy []; ratio, advantages [B]; grads/{actor,critic}/<param> of the
@@ -114,12 +125,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     agent = build_agent(fx)
     batch = {k: field(fx, k) for k in ("obs", "actions", "old_logprobs", "advantages", "returns", "values")}
     coefs = {k: fx.scalar(k) for k in ("clip_coef", "vf_coef", "ent_coef")}
-    out = ppo_losses(agent, batch, coefs, variant)
-    out["pg_loss"].backward(retain_graph=True)  # the policy term alone: what the ratio gives the actor
-    pg_grads = grads_of(agent.actor)  # .grad None -> explicit zeros (P11)
-    agent.zero_grad(set_to_none=True)
-    out["loss"].backward()
+    out, grads, pg_grads = losses_and_grads(agent, batch, coefs, variant)
     result = {k: numpy(v) for k, v in out.items()}
-    result.update({f"grads/{k}": g for k, g in grads_of(agent).items()})
+    result.update({f"grads/{k}": g for k, g in grads.items()})
     result.update({f"pg_grads/actor/{k}": g for k, g in pg_grads.items()})
     return result

@@ -22,7 +22,7 @@ from ..shared.core.checks import check_rank, check_same_shape, check_variant
 from ._common import MLP, field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
-__all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
+__all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "losses_and_grads", "run"]
 
 
 class PolicyBaseline(nn.Module):
@@ -89,24 +89,33 @@ def reinforce_losses(
     return policy_loss, baseline_loss, advantages
 
 
-@scenario_run("reinforce_baseline")
-def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs: loss, policy_loss, baseline_loss []; returns, advantages [T]; grads/{policy,baseline}/<param>
-    of the total; policy_grads/baseline/<param> of the policy loss alone."""
-    model = build_model(fx)
-    gamma = fx.scalar("gamma")
-    returns = discounted_returns(field(fx, "rewards"), gamma)
-    logits, baselines = model(field(fx, "obs"))
+def losses_and_grads(model: PolicyBaseline, batch: dict, gamma: float, variant: str):
+    """(total [], (policy_loss, baseline_loss, returns [T], advantages [T]), canonical gradients of the total,
+    baseline gradients of the policy loss alone)."""
+    model.zero_grad(set_to_none=True)
+    returns = discounted_returns(batch["rewards"], gamma)
+    logits, baselines = model(batch["obs"])
     policy_loss, baseline_loss, advantages = reinforce_losses(
-        logits, baselines, field(fx, "actions"), returns, gamma, variant
+        logits, baselines, batch["actions"], returns, gamma, variant
     )
     policy_loss.backward(retain_graph=True)  # the policy loss alone: does it reach the baseline?
     policy_grads = grads_of(model.baseline)  # .grad None -> explicit zeros (P11)
     model.zero_grad(set_to_none=True)
     loss = policy_loss + baseline_loss
     loss.backward()
+    return loss, (policy_loss, baseline_loss, returns, advantages), grads_of(model), policy_grads
+
+
+@scenario_run("reinforce_baseline")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss, policy_loss, baseline_loss []; returns, advantages [T]; grads/{policy,baseline}/<param>
+    of the total; policy_grads/baseline/<param> of the policy loss alone."""
+    model = build_model(fx)
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards")}
+    loss, aux, grads, policy_grads = losses_and_grads(model, batch, fx.scalar("gamma"), variant)
+    policy_loss, baseline_loss, returns, advantages = aux
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "baseline_loss": numpy(baseline_loss)}
     out.update(returns=numpy(returns), advantages=numpy(advantages))
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})
+    out.update({f"grads/{k}": g for k, g in grads.items()})
     out.update({f"policy_grads/baseline/{k}": g for k, g in policy_grads.items()})
     return out
