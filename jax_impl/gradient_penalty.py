@@ -23,7 +23,7 @@ from flax import nnx
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
 from ._common import field, grads_of, load_params, numpy, scenario_run
 
-__all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "run"]
+__all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "loss_and_grads", "run"]
 
 
 class Critic(nnx.Module):
@@ -87,10 +87,12 @@ def critic_loss(model: WGAN, batch: dict[str, jax.Array], gp_weight: float, vari
 
 
 @nnx.jit(static_argnames="variant")
-def _gradients(model: WGAN, batch, gp_weight, variant: str):
+def loss_and_grads(model: WGAN, batch: dict[str, jax.Array], gp_weight: jax.Array, variant: str):
+    """(L [], (wasserstein [], penalty [], norms [B]), gradient State of L), jitted."""
     # GRAD-FLOW: the penalty's gradient is second order: it needs g's graph
     grad_fn = nnx.value_and_grad(lambda m: critic_loss(m, batch, gp_weight, variant), has_aux=True)
-    return grad_fn(model)
+    (loss, aux), grads = grad_fn(model)
+    return loss, aux, grads
 
 
 @scenario_run("gradient_penalty")
@@ -98,8 +100,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, loss/{wasserstein,penalty} []; grad_norms [B]; grads/<param> of L (generator and critic)."""
     model = build_model(fx)
     batch = {k: field(fx, k) for k in ("real", "z", "eps")}
-    (loss, (wasserstein, penalty, norms)), grads = _gradients(model, batch, field(fx, "gp_weight"), variant)
+    loss, (wasserstein, penalty, norms), grads = loss_and_grads(model, batch, field(fx, "gp_weight"), variant)
     out = {"loss": numpy(loss), "loss/wasserstein": numpy(wasserstein), "loss/penalty": numpy(penalty)}
     out["grad_norms"] = numpy(norms)
-    out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})  # stopped: zeros, not missing (P11)
+    out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
     return out

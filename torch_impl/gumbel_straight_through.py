@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import field, grads_or_zeros, numpy, scenario_run
+from ._common import field, grads_or_zeros, scenario_run
 from ._layout import load_params, params_of
 
-__all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "run"]
+__all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "sample_and_grads", "run"]
 
 
 def gumbel_softmax(logits: torch.Tensor, gumbels: torch.Tensor, tau: float, hard: bool) -> torch.Tensor:
@@ -64,6 +64,17 @@ def decoder_loss(decoder: nn.Linear, y: torch.Tensor, target: torch.Tensor) -> t
     return 0.5 * ((decoded - target) ** 2).mean()
 
 
+def sample_and_grads(decoder: nn.Linear, logits, gumbels, tau, target, variant: str):
+    """(sample y [B, C], soft sample [B, C], index [B] int32, loss [], d loss / d logits [B, C], canonical
+    decoder gradients) of the decoder's loss on the sample; logits require grad."""
+    y = sample_categories(logits, gumbels, tau, variant)
+    loss = decoder_loss(decoder, y, target)
+    g_logits, *g_decoder = grads_or_zeros(loss, [logits, decoder.weight, decoder.bias])
+    soft = ((logits + gumbels) / tau).softmax(dim=-1)
+    g_decoder = params_of(decoder, dict(zip(("weight", "bias"), g_decoder, strict=True)))
+    return y, soft, soft.argmax(dim=-1).to(torch.int32), loss, g_logits, g_decoder
+
+
 @scenario_run("gumbel_straight_through")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: sample, soft_sample [B, C]; index [B] int32; loss []; grads/logits [B, C], grads/decoder/<param>."""
@@ -73,12 +84,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         {"kernel": fx["params/decoder/kernel"], "bias": fx["params/decoder/bias"]},
     )
     logits, gumbels, tau = field(fx, "logits", requires_grad=True), field(fx, "gumbels"), fx.scalar("tau")
-    y = sample_categories(logits, gumbels, tau, variant)
-    loss = decoder_loss(decoder, y, field(fx, "target"))
-    g_logits, *g_decoder = grads_or_zeros(loss, [logits, decoder.weight, decoder.bias])
-    soft = ((logits + gumbels) / tau).softmax(dim=-1)
-    out = {"sample": numpy(y), "soft_sample": numpy(soft), "index": numpy(soft.argmax(dim=-1).to(torch.int32))}
-    out.update(loss=numpy(loss), **{"grads/logits": numpy(g_logits)})
-    tensors = dict(zip(("weight", "bias"), g_decoder, strict=True))
-    out.update({f"grads/decoder/{name}": v for name, v in params_of(decoder, tensors).items()})
+    y, soft, index, loss, g_logits, g_decoder = sample_and_grads(
+        decoder, logits, gumbels, tau, field(fx, "target"), variant
+    )
+    out = {"sample": y, "soft_sample": soft, "index": index}
+    out.update(loss=loss, **{"grads/logits": g_logits})
+    out.update({f"grads/decoder/{name}": v for name, v in g_decoder.items()})
     return out
