@@ -16,8 +16,6 @@ Reference: Hinton et al. 2015, arXiv:1503.02531.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,9 +23,9 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import field, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run, transformation
 
-__all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "run"]
+__all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "train_step", "run"]
 
 
 class Student(nnx.Module):
@@ -101,7 +99,10 @@ def distillation_loss(s: jax.Array, t: jax.Array, labels: jax.Array, temperature
 
 
 @nnx.jit(static_argnames="variant")
-def _step(model: Distiller, optimizer: nnx.Optimizer, x, labels, temperature, alpha, variant: str):
+def train_step(model: Distiller, optimizer: nnx.Optimizer, x, labels, temperature, alpha, variant: str):
+    """One SGD step on the distillation loss; returns (loss, soft, hard [], soft targets [B, C], gradient State
+    of every parameter), all before the step. Jitted."""
+
     def loss_fn(m):
         t = teacher_logits(m.teacher, x, variant)  # the one teacher forward of the step
         soft, hard = distillation_loss(m.student(x), t, labels, temperature, alpha)
@@ -122,10 +123,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     student and teacher; teacher_stats/mean_moved [H] (the BatchNorm running mean's change)."""
     model = build_model(fx)
     trained = model if variant == "teacher_not_stopped" else model.student  # the trap trains the teacher too
-    optimizer = nnx.Optimizer(trained, _sgd(fx.scalar("lr")), wrt=nnx.Param)
+    optimizer = nnx.Optimizer(trained, transformation(optax.sgd, fx.scalar("lr")), wrt=nnx.Param)
     before, mean_before = params_of(model), model.teacher.bn.mean[...]
     hyper = (field(fx, "temperature"), field(fx, "alpha"))
-    loss, soft, hard, soft_targets, grads = _step(
+    loss, soft, hard, soft_targets, grads = train_step(
         model, optimizer, field(fx, "x"), field(fx, "labels"), *hyper, variant
     )
     out = {"loss": numpy(loss), "loss/soft": numpy(soft), "loss/hard": numpy(hard), "soft_targets": soft_targets}
@@ -133,9 +134,3 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     out.update({f"moved/{k}": v - before[k] for k, v in params_of(model).items()})
     out["teacher_stats/mean_moved"] = numpy(model.teacher.bn.mean[...] - mean_before)
     return out
-
-
-@functools.cache
-def _sgd(lr: float) -> optax.GradientTransformation:
-    # one transformation per learning rate: it is static data of the optimizer's graph (a new one would recompile)
-    return optax.sgd(lr)

@@ -23,9 +23,19 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import field, grads_of, load_params, params_of, scenario_run
+from ._common import field, grads_of, load_params, params_of, scenario_run, transformation
 
-__all__ = ["VQVAE", "build_model", "straight_through", "quantize", "vq_losses", "ema_update", "second_order", "run"]
+__all__ = [
+    "VQVAE",
+    "build_model",
+    "straight_through",
+    "quantize",
+    "vq_losses",
+    "ema_update",
+    "second_order",
+    "train_step",
+    "run",
+]
 
 
 class _EmaStat(nnx.Variable):
@@ -114,7 +124,9 @@ def second_order(u: jax.Array, t: jax.Array, rounding: str) -> tuple[jax.Array, 
 
 
 @nnx.jit(static_argnames="variant")
-def _train_step(model: VQVAE, optimizer: nnx.Optimizer, x, beta, decay, eps, variant: str):
+def train_step(model: VQVAE, optimizer: nnx.Optimizer, x, beta, decay, eps, variant: str):
+    """One SGD step on recon + codebook + β·commit (then the EMA codebook update in ema_codebook); returns
+    ({term: loss}, codes [B], quantized [B, K], {term: its gradient State}), all before the step. Jitted."""
     losses, _, codes = vq_losses(model, x, variant)
     terms = {n: nnx.grad(lambda m, n=n: vq_losses(m, x, variant)[0][n])(model) for n in losses}
 
@@ -135,9 +147,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss/<term> [], codes [B], quantized [B, K], grads/<term>/<param>, params/<param> after one
     SGD step (ema_codebook: codebook from the EMA, ema/count [C], ema/sum [C, K]), st/{round,sign}/{value,grad,second}."""
     model = build_model(fx)
-    optimizer = nnx.Optimizer(model, _sgd(fx.scalar("lr")), wrt=nnx.Param)
+    optimizer = nnx.Optimizer(model, transformation(optax.sgd, fx.scalar("lr")), wrt=nnx.Param)
     hyper = (field(fx, "beta"), field(fx, "decay"), field(fx, "ema_eps"))
-    losses, codes, quantized, terms = _train_step(model, optimizer, field(fx, "x"), *hyper, variant)
+    losses, codes, quantized, terms = train_step(model, optimizer, field(fx, "x"), *hyper, variant)
     out = {f"loss/{name}": value for name, value in losses.items()}
     out.update(codes=codes.astype(jnp.int32), quantized=quantized)
     for name, grads in terms.items():
@@ -150,9 +162,3 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         out.update({f"st/{rounding}/value": y, f"st/{rounding}/grad": grad})
         out[f"st/{rounding}/second"] = second
     return out
-
-
-@functools.cache
-def _sgd(lr: float) -> optax.GradientTransformation:
-    # one transformation per learning rate: it is static data of the optimizer's graph (a new one would recompile)
-    return optax.sgd(lr)

@@ -23,7 +23,7 @@ from ..shared.core.checks import check_same_shape, check_scalar, check_variant
 from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
-__all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "run"]
+__all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "train_step", "run"]
 
 
 class Student(nn.Module):
@@ -97,6 +97,18 @@ def distillation_loss(s: torch.Tensor, t: torch.Tensor, labels: torch.Tensor, te
     return alpha * temperature**2 * soft, (1 - alpha) * F.cross_entropy(s, labels)
 
 
+def train_step(model: Distiller, optimizer: torch.optim.Optimizer, x, labels, temperature, alpha, variant: str):
+    """One SGD step on the distillation loss; returns (loss, soft, hard [], soft targets [B, C], canonical
+    gradients of every parameter), all before the step."""
+    t = teacher_logits(model.teacher, x, variant)  # the one teacher forward of the step
+    soft, hard = distillation_loss(model.student(x), t, labels, temperature, alpha)
+    optimizer.zero_grad(set_to_none=True)
+    (soft + hard).backward()
+    grads = grads_of(model)  # .grad None -> 0 (P11)
+    optimizer.step()
+    return soft + hard, soft, hard, F.softmax(t / temperature, dim=-1), grads
+
+
 @scenario_run("distillation")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, loss/{soft,hard} []; soft_targets [B, C]; grads/<param>, moved/<param> (one SGD step) of
@@ -104,16 +116,12 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx)
     trained = model if variant == "teacher_not_stopped" else model.student  # the trap trains the teacher too
     optimizer = torch.optim.SGD(trained.parameters(), lr=fx.scalar("lr"))
-    x, temperature = field(fx, "x"), fx.scalar("temperature")
     before, mean_before = params_of(model), model.teacher.bn.running_mean.clone()
-    t = teacher_logits(model.teacher, x, variant)
-    soft, hard = distillation_loss(model.student(x), t, field(fx, "labels"), temperature, fx.scalar("alpha"))
-    optimizer.zero_grad(set_to_none=True)
-    (soft + hard).backward()
-    grads = grads_of(model)  # .grad None -> 0 (P11)
-    optimizer.step()
-    out = {"loss": numpy(soft + hard), "loss/soft": numpy(soft), "loss/hard": numpy(hard)}
-    out["soft_targets"] = numpy(F.softmax(t / temperature, dim=-1))
+    hyper = (fx.scalar("temperature"), fx.scalar("alpha"))
+    loss, soft, hard, soft_targets, grads = train_step(
+        model, optimizer, field(fx, "x"), field(fx, "labels"), *hyper, variant
+    )
+    out = {"loss": numpy(loss), "loss/soft": numpy(soft), "loss/hard": numpy(hard), "soft_targets": soft_targets}
     out.update({f"grads/{k}": g for k, g in grads.items()})
     out.update({f"moved/{k}": v - before[k] for k, v in params_of(model).items()})
     out["teacher_stats/mean_moved"] = numpy(model.teacher.bn.running_mean - mean_before)
