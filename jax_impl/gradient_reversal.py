@@ -24,7 +24,16 @@ from flax import nnx
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
 from ._common import field, grads_of, load_params, numpy, scenario_run
 
-__all__ = ["DANN", "build_model", "reverse_gradient", "clip_gradient", "domain_input", "dann_losses", "run"]
+__all__ = [
+    "DANN",
+    "build_model",
+    "reverse_gradient",
+    "clip_gradient",
+    "domain_input",
+    "dann_losses",
+    "losses_and_grads",
+    "run",
+]
 
 
 class DANN(nnx.Module):
@@ -111,7 +120,9 @@ def dann_losses(model: DANN, batch: dict[str, jax.Array], hyper: dict[str, jax.A
 
 
 @functools.partial(nnx.jit, static_argnames=("names", "variant"))
-def _gradients(model: DANN, batch, hyper, names: tuple[str, ...], variant: str):
+def losses_and_grads(model: DANN, batch: dict, hyper: dict, names: tuple[str, ...], variant: str):
+    """(label loss [], domain loss [], {loss: parameter gradient State}, d domain / d R(h) at the head [B, H],
+    d domain / dh the features receive [B, H], {name: d domain / d hyper[name]} for `names`), jitted."""
     label, domain, h, _ = dann_losses(model, batch, hyper, variant)
     grads = {
         "label_loss": nnx.grad(lambda m: dann_losses(m, batch, hyper, variant)[0])(model),
@@ -132,7 +143,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     batch = {k: field(fx, k) for k in ("x", "labels", "domains")}
     names = fx.spec.constants["hyper"][variant]  # the hyper-parameters the variant's op takes
     hyper = {k: field(fx, k) for k in ("lam", "clip_lo", "clip_hi")}
-    label, domain, grads, head, received, hyper_grads = _gradients(model, batch, hyper, tuple(names), variant)
+    label, domain, grads, head, received, hyper_grads = losses_and_grads(model, batch, hyper, tuple(names), variant)
     out = {"loss/label": numpy(label), "loss/domain": numpy(domain)}
     for name, g in grads.items():
         out.update({f"grads/{name}/{k}": v for k, v in grads_of(g).items()})

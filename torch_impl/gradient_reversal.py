@@ -23,7 +23,16 @@ from ..shared.core.checks import check_same_shape, check_scalar, check_variant
 from ._common import field, grads_or_zeros, numpy, scenario_run
 from ._layout import load_params, params_of
 
-__all__ = ["DANN", "build_model", "reverse_gradient", "clip_gradient", "domain_input", "dann_losses", "run"]
+__all__ = [
+    "DANN",
+    "build_model",
+    "reverse_gradient",
+    "clip_gradient",
+    "domain_input",
+    "dann_losses",
+    "losses_and_grads",
+    "run",
+]
 
 
 class DANN(nn.Module):
@@ -109,6 +118,19 @@ def dann_losses(model: DANN, batch: dict[str, torch.Tensor], hyper: dict[str, to
     return label, F.binary_cross_entropy_with_logits(logit, batch["domains"]), h, reversed_h
 
 
+def losses_and_grads(model: DANN, batch: dict, hyper: dict, names: tuple[str, ...], variant: str):
+    """(label loss [], domain loss [], {loss: canonical parameter gradients}, d domain / d R(h) at the head [B, H],
+    d domain / dh the features receive [B, H], {name: d domain / d hyper[name]} for `names`, which require grad)."""
+    label, domain, h, reversed_h = dann_losses(model, batch, hyper, variant)
+    params = dict(model.named_parameters())
+    grads = {}
+    for name, loss in (("label_loss", label), ("domain_loss", domain)):
+        g = grads_or_zeros(loss, list(params.values()), retain_graph=True)
+        grads[name] = params_of(model, dict(zip(params, g, strict=True)))
+    received, head, *hyper_grads = grads_or_zeros(domain, [h, reversed_h, *(hyper[k] for k in names)])
+    return label, domain, grads, head, received, dict(zip(names, hyper_grads, strict=True))
+
+
 @scenario_run("gradient_reversal")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss/{label,domain} []; grads/{label_loss,domain_loss}/<param>; feature_grads/{head,received}
@@ -117,13 +139,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     batch = {k: field(fx, k) for k in ("x", "labels", "domains")}
     names = fx.spec.constants["hyper"][variant]  # the hyper-parameters the variant's op takes
     hyper = {k: field(fx, k, requires_grad=k in names) for k in ("lam", "clip_lo", "clip_hi")}
-    label, domain, h, reversed_h = dann_losses(model, batch, hyper, variant)
+    label, domain, grads, head, received, hyper_grads = losses_and_grads(model, batch, hyper, tuple(names), variant)
     out = {"loss/label": numpy(label), "loss/domain": numpy(domain)}
-    params = dict(model.named_parameters())
-    for name, loss in (("label_loss", label), ("domain_loss", domain)):
-        grads = grads_or_zeros(loss, list(params.values()), retain_graph=True)
-        out.update({f"grads/{name}/{k}": v for k, v in params_of(model, dict(zip(params, grads, strict=True))).items()})
-    received, head, *hyper_grads = grads_or_zeros(domain, [h, reversed_h, *(hyper[k] for k in names)])
+    for name, g in grads.items():
+        out.update({f"grads/{name}/{k}": v for k, v in g.items()})
     out.update({"feature_grads/head": numpy(head), "feature_grads/received": numpy(received)})
-    out.update({f"grads/hyper/{k}": numpy(g) for k, g in zip(names, hyper_grads, strict=True)})
+    out.update({f"grads/hyper/{k}": numpy(g) for k, g in hyper_grads.items()})
     return out
