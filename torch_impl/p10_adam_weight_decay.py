@@ -18,7 +18,7 @@ import torch
 from ..shared.core.checks import check_same_shape
 from ._common import field, numpy, scenario_run
 
-__all__ = ["make_optimizer", "mse_loss", "run"]
+__all__ = ["make_optimizer", "mse_loss", "loss_and_grad", "run"]
 
 
 def make_optimizer(w: torch.Tensor, fx) -> torch.optim.Adam:
@@ -34,6 +34,13 @@ def mse_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return 0.5 * ((pred - y) ** 2).mean()
 
 
+def loss_and_grad(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mse_loss(x @ w, y) [], its gradient in w [D], no decay term: Adam adds it); w requires grad."""
+    loss = mse_loss(x @ w, y)
+    loss.backward()
+    return loss, w.grad
+
+
 @scenario_run("p10_adam_weight_decay")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] and grads/w [D] of step 1 (no decay term); params/w, moved/w [D] after `steps`."""
@@ -42,10 +49,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     optimizer = make_optimizer(w, fx)
     for step in range(int(fx["steps"])):
         optimizer.zero_grad()
-        loss = mse_loss(x @ w, y)
-        loss.backward()
+        loss, grads = loss_and_grad(w, x, y)
         if step == 0:
-            loss0, grads0 = numpy(loss), numpy(w.grad).copy()
+            loss0, grads0 = numpy(loss), numpy(grads).copy()
         optimizer.step()
     after = numpy(w)
     return {"loss": loss0, "grads/w": grads0, "params/w": after, "moved/w": after - fx["w"]}
