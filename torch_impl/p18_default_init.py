@@ -22,7 +22,7 @@ from ..shared.core.checks import check_same_shape, check_variant
 from ._common import MLP, field, numpy, scenario_run
 from ._layout import load_params, params_of
 
-__all__ = ["init_params", "build_model", "train", "run"]
+__all__ = ["init_params", "build_model", "train_step", "train", "run"]
 
 
 def init_params(fx, variant: str) -> dict[str, np.ndarray]:
@@ -48,22 +48,27 @@ def build_model(fx, variant: str) -> MLP:
     return load_params(MLP(d, h, o, getattr(torch, fx.dtype)), init_params(fx, variant))
 
 
+def train_step(model: MLP, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One full-batch SGD step on mean((pred − y)²); returns the loss before it.
+
+    Raises ValueError unless pred and y are both [B, O].
+    """
+    optimizer.zero_grad(set_to_none=True)
+    pred = model(x)
+    check_same_shape("train", pred=pred.shape, y=y.shape)
+    loss = torch.mean((pred - y) ** 2)
+    loss.backward()  # GRAD-FLOW: the same SGD on both sides: only the starting weights differ
+    optimizer.step()
+    return loss.detach()
+
+
 def train(model: MLP, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
     """`steps` full-batch SGD steps on mean((pred − y)²); returns the loss before each step [steps].
 
     Raises ValueError unless pred and y are both [B, O].
     """
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = []
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        pred = model(x)
-        check_same_shape("train", pred=pred.shape, y=y.shape)
-        loss = torch.mean((pred - y) ** 2)
-        loss.backward()  # GRAD-FLOW: the same SGD on both sides: only the starting weights differ
-        optimizer.step()
-        losses.append(loss.detach())
-    return torch.stack(losses)
+    return torch.stack([train_step(model, optimizer, x, y) for _ in range(steps)])
 
 
 @scenario_run("p18_default_init")
