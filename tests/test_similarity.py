@@ -6,6 +6,7 @@ import json
 
 import pytest
 from detach_parity.shared.apps import cli, similarity
+from detach_parity.shared.core import registry
 
 
 def test_tokens_are_words_and_punctuation_with_framework_names_masked() -> None:
@@ -41,6 +42,12 @@ def test_pair_ratio_reads_both_files_and_summary_goes_by_family() -> None:
     assert result["median"] == sorted(ratios.values())[1] and result["pairs"] == 3
     with pytest.raises(ValueError, match="summary: ratios expected at least one pair, got none"):
         similarity.summary({})
+
+
+def test_the_project_keeps_its_pairs_side_by_side() -> None:
+    """The mirror's target (issue 24): the median pair reads at least 0.75 side by side (CleanRL's dqn pair: 0.81)."""
+    result = similarity.summary(similarity.measure(registry.names()))
+    assert result["pairs"] == len(registry.SCENARIOS) and result["median"] >= 0.75, result
 
 
 def test_command_table_json_and_gate(tmp_path, capsys) -> None:

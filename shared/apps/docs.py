@@ -54,6 +54,7 @@ GENERIC_TESTS = frozenset(
         "test_steps.py",
         "test_bench.py",
         "test_new_scenario.py",
+        "test_similarity.py",
     }
 )
 
