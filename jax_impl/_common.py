@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from flax import nnx
 
+from ..shared.core.checks import check_rank, check_same_shape, check_values
 from ..shared.core.contracts import check_call, finish
 from ..shared.core.fixtures import Fixture, require
 from ..shared.core.schema import FLOAT_DTYPES
@@ -19,12 +23,17 @@ __all__ = [
     "numerics",
     "scenario_run",
     "scenario_step",
-    "array",
+    "StepCall",
+    "step_of",
+    "field",
     "numpy",
     "flat",
+    "nested",
     "params_of",
     "load_params",
     "grads_of",
+    "cross_entropy",
+    "transformation",
     "MLP",
 ]
 
@@ -51,6 +60,7 @@ def scenario_run(scenario: str) -> Callable:
 
     The call runs inside numerics(fx.dtype): x64 on for float64 and off for float32,
     matmuls at "highest" precision, the caller's settings restored after.
+    Every output (a JAX array, a numpy array) becomes a numpy array.
     """
 
     def wrap(run: Callable) -> Callable:
@@ -101,7 +111,47 @@ def scenario_step(scenario: str) -> Callable:
     return wrap
 
 
-def array(fx: Fixture, key: str) -> jax.Array:
+class StepCall(NamedTuple):
+    """One call of a scenario's training step: fn(*nodes, *args, **kwargs), its loss at `loss` in the result.
+
+    nodes: the modules and optimizers the call reads and updates (the step's state); args: the
+    arrays it takes; kwargs: settings that never change (the variant, static under jit); loss:
+    the index path of the loss in fn's result ((0,): its first item; (): the result itself). A
+    lesson's `step_calls(fx, variant)` lists them; make_step runs them (step_of) and the bench
+    tunes them (jax_impl/backend/bench.py: nnx.cached_partial, one jax.jit over nnx.split).
+    """
+
+    fn: Callable
+    nodes: tuple = ()
+    args: tuple = ()
+    kwargs: Mapping[str, object] = MappingProxyType({})
+    loss: tuple[int, ...] = (0,)
+
+    def __call__(self) -> jax.Array:
+        """Make the call and wait for everything it computes; return its loss."""
+        out = jax.block_until_ready(self.fn(*self.nodes, *self.args, **self.kwargs))
+        for i in self.loss:
+            out = out[i]
+        return out
+
+
+def step_of(calls: Sequence[StepCall]) -> Callable[[], jax.Array]:
+    """make_step's step from its calls: each call in order; returns the sum of their losses.
+
+    Each call waits (jax.block_until_ready) on all it computes, so a timed step includes its
+    work. Raises ValueError for no calls.
+    """
+    if not calls:
+        raise ValueError("step_of: calls expected at least one StepCall, got none")
+
+    def step() -> jax.Array:
+        losses = [call() for call in calls]
+        return sum(losses[1:], losses[0])
+
+    return step
+
+
+def field(fx: Fixture, key: str) -> jax.Array:
     """A fixture field as a JAX array of the same dtype."""
     return jnp.asarray(fx[key])
 
@@ -121,6 +171,19 @@ def flat(tree: Mapping) -> dict[str, np.ndarray]:
             out.update({f"{k}/{kk}": vv for kk, vv in flat(v).items()})
         else:
             out[str(k)] = numpy(v)
+    return out
+
+
+def nested(arrays: Mapping[str, np.ndarray]) -> dict:
+    """Flat arrays keyed by '/'-joined paths as a nested dict of JAX arrays (the inverse of flat):
+    {"cell/ih/kernel": a} -> {"cell": {"ih": {"kernel": jnp.asarray(a)}}}, for models that are plain functions."""
+    out: dict = {}
+    for key, value in arrays.items():
+        *path, leaf = key.split("/")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = jnp.asarray(value)
     return out
 
 
@@ -171,6 +234,28 @@ def grads_of(grads: Mapping, params: Mapping[str, np.ndarray] | None = None) -> 
     if extra:
         raise ValueError(f"grads_of: gradients {extra} match no parameter; parameters {sorted(params)}")
     return {k: out[k] if k in out else np.zeros_like(v) for k, v in params.items()}
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
+
+    Raises ValueError unless logits is 2-D with the labels' batch size B and every label is in [0, C)
+    (out of range, torch raises IndexError and optax silently gives a wrong loss).
+    """
+    check_rank("cross_entropy", "logits", logits.shape, "BC")
+    check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
+    check_values("cross_entropy", "labels", labels, low=0, high=logits.shape[-1], high_open=True)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+@functools.cache
+def transformation(factory: Callable, *args, **kwargs) -> optax.GradientTransformation:
+    """factory(*args, **kwargs) (an optax constructor: optax.adamw, optax.sgd ...), one object per setting.
+
+    nnx.jit keys its compile cache on an nnx.Optimizer's transformation: a new but equal one
+    would compile the step again (some seconds per run). Settings must be hashable (floats).
+    """
+    return factory(*args, **kwargs)
 
 
 # -- networks the scenarios share (the lesson is in what each scenario does with them) ----------------

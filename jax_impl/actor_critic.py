@@ -19,9 +19,18 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
-from ._common import MLP, array, grads_of, load_params, numpy, scenario_run, scenario_step
+from ._common import MLP, StepCall, field, grads_of, load_params, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
+__all__ = [
+    "ActorCritic",
+    "build_model",
+    "select_actions",
+    "a2c_losses",
+    "losses_and_grads",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 
 class ActorCritic(nnx.Module):
@@ -41,7 +50,7 @@ def build_model(fx) -> ActorCritic:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(nnx.eval_shape(lambda: ActorCritic(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -90,39 +99,36 @@ def a2c_losses(
     return policy_loss, value_loss, entropy, advantages
 
 
-def _total(model, batch, vf_coef, ent_coef, variant):
-    logits, values = model(batch["obs"])
-    policy_loss, value_loss, entropy, advantages = a2c_losses(
-        logits, values, batch["actions"], batch["returns"], variant
-    )
-    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
-    return loss, (policy_loss, value_loss, entropy, advantages, select_actions(logits, batch["noise"]))
-
-
-def _policy_loss(model, batch, variant):
-    logits, values = model(batch["obs"])
-    return a2c_losses(logits, values, batch["actions"], batch["returns"], variant)[0]
-
-
 @nnx.jit(static_argnames="variant")
-def _step(model, batch, vf_coef, ent_coef, variant):
-    (loss, aux), grads = nnx.value_and_grad(_total, has_aux=True)(model, batch, vf_coef, ent_coef, variant)
-    policy_grads = nnx.grad(_policy_loss)(model, batch, variant)  # the policy loss alone: does it reach the critic?
-    return loss, aux, grads, policy_grads
+def losses_and_grads(model: ActorCritic, batch: dict, vf_coef: jax.Array, ent_coef: jax.Array, variant: str):
+    """Acting and one gradient of the A2C total: (total [], (policy_loss, value_loss, entropy, advantages [B],
+    (actions [B], log π(a) [B])), gradient State of the total, critic gradient State of the policy loss alone)."""
+
+    def loss_fn(model: ActorCritic):
+        logits, values = model(batch["obs"])
+        policy_loss, value_loss, entropy, advantages = a2c_losses(
+            logits, values, batch["actions"], batch["returns"], variant
+        )
+        loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+        return loss, (policy_loss, value_loss, entropy, advantages, select_actions(logits, batch["noise"]))
+
+    policy_grads = nnx.grad(lambda m: loss_fn(m)[1][0])(model)  # the policy loss alone: does it reach the critic?
+    (loss, aux), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    return loss, aux, grads, policy_grads["critic"]
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one losses_and_grads of a model built from the fixture (no update; the total first)."""
+    model = build_model(fx)
+    batch = {k: field(fx, k) for k in ("obs", "actions", "returns", "noise")}
+    coefs = field(fx, "vf_coef"), field(fx, "ent_coef")
+    return [StepCall(losses_and_grads, (model,), (batch, *coefs), {"variant": variant})]
 
 
 @scenario_step("actor_critic")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """Acting, A2C losses, the policy loss's critic gradient, the total's gradient (no update); returns the total."""
-    model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}
-    vf_coef, ent_coef = array(fx, "vf_coef"), array(fx, "ent_coef")
-
-    def step() -> jax.Array:
-        # run's jitted _step: acting, the losses, the total's gradient and the policy loss's gradient
-        return jax.block_until_ready(_step(model, batch, vf_coef, ent_coef, variant))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("actor_critic")
@@ -130,14 +136,13 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, policy_loss, value_loss, entropy []; advantages, selected_logp [B]; selected_actions [B] int64;
     grads/{actor,critic}/<param> of the total; policy_grads/critic/<param> of the policy loss alone."""
     model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}
-    coefs = array(fx, "vf_coef"), array(fx, "ent_coef")
-    loss, (policy_loss, value_loss, entropy, advantages, (selected, selected_logp)), grads, policy_grads = _step(
-        model, batch, *coefs, variant
-    )
+    batch = {k: field(fx, k) for k in ("obs", "actions", "returns", "noise")}
+    coefs = field(fx, "vf_coef"), field(fx, "ent_coef")
+    loss, aux, grads, policy_grads = losses_and_grads(model, batch, *coefs, variant)
+    policy_loss, value_loss, entropy, advantages, (selected, selected_logp) = aux
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "value_loss": numpy(value_loss)}
     out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_logp=numpy(selected_logp))
     out["selected_actions"] = numpy(selected).astype(np.int64)
     out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
-    out.update({f"policy_grads/{k}": g for k, g in grads_of(policy_grads).items() if k.startswith("critic/")})
+    out.update({f"policy_grads/critic/{k}": g for k, g in grads_of(policy_grads).items()})
     return out

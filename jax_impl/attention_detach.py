@@ -21,9 +21,9 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import StepCall, field, grads_of, load_params, numpy, params_of, scenario_run, scenario_step, step_of
 
-__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "make_step", "run"]
+__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "loss_and_grads", "step_calls", "make_step", "run"]
 
 
 class Attention(nnx.Module):
@@ -50,7 +50,7 @@ def build_model(fx) -> Attention:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(
         nnx.eval_shape(lambda: Attention(fx.dims["E"], fx.dims["K"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
     )
@@ -74,37 +74,37 @@ def mse_loss(context: jax.Array, target: jax.Array) -> jax.Array:
     return jnp.mean((context - target) ** 2)
 
 
-def _loss(model, x, mask, target, variant):
-    context, weights = model(x, mask, variant)
-    return mse_loss(context, target), (context, weights)
-
-
 @nnx.jit(static_argnames="variant")
-def _grads(model, x, mask, target, variant):
-    return nnx.value_and_grad(_loss, argnums=(0, 1), has_aux=True)(model, x, mask, target, variant)
+def loss_and_grads(model: Attention, x: jax.Array, mask: jax.Array, target: jax.Array, variant: str):
+    """(loss [], context [N, K], weights [N, N], kernel gradient State, d loss / dx [N, E]) of one value_and_grad."""
+
+    def loss_fn(model: Attention, x: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        context, weights = model(x, mask, variant)
+        return mse_loss(context, target), (context, weights)
+
+    (loss, (context, weights)), (g_model, g_x) = nnx.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(model, x)
+    return loss, context, weights, g_model, g_x
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one loss_and_grads of a head built from the fixture (no update; the loss first)."""
+    model = build_model(fx)
+    x, mask, target = field(fx, "x"), field(fx, "mask"), field(fx, "target")
+    return [StepCall(loss_and_grads, (model,), (x, mask, target), {"variant": variant})]
 
 
 @scenario_step("attention_detach")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """Backward of the attention head's squared error into the kernels and x (no update); returns the loss."""
-    model = build_model(fx)
-    x, mask, target = array(fx, "x"), array(fx, "mask"), array(fx, "target")
-
-    def step() -> jax.Array:
-        (loss, _), grads = _grads(model, x, mask, target, variant)
-
-        return jax.block_until_ready((loss, grads))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("attention_detach")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [], context [N, K], weights [N, N], grads/{q,k,v}/kernel [E, K], grads/x [N, E]."""
     model = build_model(fx)
-    x = array(fx, "x")
-    (loss, (context, weights)), (g_model, g_x) = _grads(model, x, array(fx, "mask"), array(fx, "target"), variant)
-
+    x = field(fx, "x")
+    loss, context, weights, g_model, g_x = loss_and_grads(model, x, field(fx, "mask"), field(fx, "target"), variant)
     out = {"loss": numpy(loss), "context": numpy(context), "weights": numpy(weights), "grads/x": numpy(g_x)}
     out.update({f"grads/{k}": g for k, g in grads_of(g_model, params_of(model)).items()})
     return out

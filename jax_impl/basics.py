@@ -10,6 +10,7 @@ Reference: JAX docs, jax.lax.stop_gradient.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -17,9 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["forward", "loss_via_z", "loss_total", "make_step", "run"]
+__all__ = ["forward", "loss_via_z", "loss_total", "gradients", "step_calls", "make_step", "run"]
 
 
 def forward(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
@@ -52,36 +53,32 @@ def loss_total(x: jax.Array, c: jax.Array, d: jax.Array, variant: str) -> jax.Ar
     return jnp.sum(d * y + c * z)
 
 
-_grad_via_z = jax.jit(jax.grad(loss_via_z), static_argnames="variant")
-_grad_total = jax.jit(jax.grad(loss_total), static_argnames="variant")
+@functools.partial(jax.jit, static_argnames="variant")
+def gradients(x: jax.Array, c: jax.Array, d: jax.Array, variant: str) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(loss_total [], d loss_via_z / dx [N], d loss_total / dx [N]): the lesson's two gradients, jitted."""
+    g_via_z = jax.grad(loss_via_z)(x, c, variant)
+    loss, g_total = jax.value_and_grad(loss_total)(x, c, d, variant)
+    return loss, g_via_z, g_total
 
 
-# the step also returns loss_total, which jax.grad drops: value_and_grad of the scenario's own
-# loss_total (one compile per variant, module-wide)
-_value_and_grad_total = jax.jit(jax.value_and_grad(loss_total), static_argnames="variant")
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: the lesson's two gradients on the fixture (loss_total first)."""
+    x = field(fx, "x")
+    c, d = field(fx, "c"), field(fx, "d")
+    return [StepCall(gradients, (), (x, c, d), {"variant": variant})]
 
 
 @scenario_step("basics")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """d/dx of loss_via_z and of loss_total (both gradients of run); returns loss_total."""
-    x = array(fx, "x")
-    c, d = array(fx, "c"), array(fx, "d")
-
-    def step() -> jax.Array:
-        g_via_z = _grad_via_z(x, c, variant)
-        loss, g_total = _value_and_grad_total(x, c, d, variant)
-
-        return jax.block_until_ready((loss, g_via_z, g_total))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("basics")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y, z [N]; grads/x_via_z, grads/x_total [N] (d loss / d x)."""
-    x = array(fx, "x")
-    c, d = array(fx, "c"), array(fx, "d")
+    x = field(fx, "x")
+    c, d = field(fx, "c"), field(fx, "d")
     y, z = forward(x, variant)
-    g_via_z = _grad_via_z(x, c, variant)
-    g_total = _grad_total(x, c, d, variant)
+    _, g_via_z, g_total = gradients(x, c, d, variant)
     return {"y": numpy(y), "z": numpy(z), "grads/x_via_z": numpy(g_via_z), "grads/x_total": numpy(g_total)}

@@ -22,9 +22,20 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import StepCall, field, grads_of, load_params, numpy, params_of, scenario_run, scenario_step, step_of
 
-__all__ = ["Block", "Model", "build_model", "mse", "saved_activation_bytes", "make_step", "run"]
+__all__ = [
+    "Block",
+    "Model",
+    "build_model",
+    "mse",
+    "saved_activation_bytes",
+    "loss_and_grads",
+    "train_step",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 TRAINABLE = nnx.All(nnx.Param, nnx.Not(nnx.PathContains("embed")))
 
@@ -54,17 +65,13 @@ class Model(nnx.Module):
         if variant == "no_checkpoint":
             return self.head(h + self.block(h)).squeeze(-1)
 
-        out = nnx.remat(_call)(self.block, h)  # GRAD-FLOW: the block's activations are recomputed in backward
+        out = nnx.remat(Block.__call__)(self.block, h)  # GRAD-FLOW: the block's activations are recomputed in backward
         return self.head(h + out).squeeze(-1)
-
-
-def _call(block: Block, h: jax.Array) -> jax.Array:
-    return block(h)
 
 
 def build_model(fx) -> Model:
     """A Model loaded with the fixture's canonical parameters (the embedding [V, E] is frozen by TRAINABLE)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     v, e, h = fx.dims["V"], fx.dims["E"], fx.dims["H"]
     return load_params(nnx.eval_shape(lambda: Model(v, e, h, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -83,47 +90,46 @@ def saved_activation_bytes(fx, variant: str) -> int:
     check_variant("checkpointing", variant)
     model = build_model(fx)
     graphdef, trainable, rest = nnx.split(model, TRAINABLE, ...)
-    tokens, y = array(fx, "tokens"), array(fx, "y")
+    tokens, y = field(fx, "tokens"), field(fx, "y")
     with jax.enable_x64(fx.dtype == "float64"):
         _, vjp = jax.vjp(lambda t: mse(nnx.merge(graphdef, t, rest)(tokens, variant), y), trainable)
         return int(sum(leaf.nbytes for leaf in jax.tree.leaves(vjp)))
 
 
-def _loss(model, tokens, y, variant):
-    return mse(model(tokens, variant), y)
-
-
 @nnx.jit(static_argnames="variant")
-def _grads(model, tokens, y, variant):
+def loss_and_grads(model: Model, tokens: jax.Array, y: jax.Array, variant: str) -> tuple[jax.Array, nnx.State]:
+    """(loss [], gradient State of the trainable parameters) of one value_and_grad through the block."""
     diff = nnx.DiffState(0, TRAINABLE)  # GRAD-FLOW: frozen: no input of the block requires grad
-    return nnx.value_and_grad(_loss, argnums=diff)(model, tokens, y, variant)
+    return nnx.value_and_grad(lambda model: mse(model(tokens, variant), y), argnums=diff)(model)
 
 
 @nnx.jit(static_argnames="variant")
-def _train_step(model, optimizer, tokens, y, variant):
-    loss, grads = _grads(model, tokens, y, variant)
+def train_step(model: Model, optimizer: nnx.Optimizer, tokens: jax.Array, y: jax.Array, variant: str) -> jax.Array:
+    """One SGD step of head and block; returns the loss before the step."""
+    loss, grads = loss_and_grads(model, tokens, y, variant)
     optimizer.update(model, grads)
     return loss
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one SGD train_step of a model built from the fixture (the loss)."""
+    model = build_model(fx)
+    optimizer = nnx.Optimizer(model, optax.sgd(fx.scalar("lr")), wrt=TRAINABLE)
+    tokens, y = field(fx, "tokens"), field(fx, "y")
+    return [StepCall(train_step, (model, optimizer), (tokens, y), {"variant": variant}, loss=())]
 
 
 @scenario_step("checkpointing")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One SGD step of head and block through the (rematerialised) block; returns the loss before the update."""
-    model = build_model(fx)
-    optimizer = nnx.Optimizer(model, optax.sgd(fx.scalar("lr")), wrt=TRAINABLE)
-    tokens, y = array(fx, "tokens"), array(fx, "y")
-
-    def step() -> jax.Array:
-        return jax.block_until_ready(_train_step(model, optimizer, tokens, y, variant))
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("checkpointing")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/{embed,block,head}/<param> (a frozen parameter: zeros)."""
     model = build_model(fx)
-    loss, grads = _grads(model, array(fx, "tokens"), array(fx, "y"), variant)
+    loss, grads = loss_and_grads(model, field(fx, "tokens"), field(fx, "y"), variant)
     out = {"loss": numpy(loss)}
     out.update({f"grads/{k}": g for k, g in grads_of(grads, params_of(model)).items()})  # not differentiated -> zeros
     return out

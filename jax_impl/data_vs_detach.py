@@ -13,6 +13,7 @@ Reference: JAX docs, "JAX - The Sharp Bits: in-place updates" (jax.numpy.ndarray
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -20,9 +21,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape
-from ._common import array, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["write_zeros", "step", "make_step", "run"]
+__all__ = ["write_zeros", "step", "step_calls", "make_step", "run"]
 
 HOW = ("detach_clone", "data_inplace", "detach_inplace")
 
@@ -45,16 +46,7 @@ def write_zeros(out: jax.Array, how: str) -> jax.Array:
     return written  # out-of-place, every entry overwritten: a stop_gradient here would change nothing
 
 
-def _loss(x, c, how):
-    out = jax.nn.sigmoid(x)
-    loss = jnp.sum(c * out)
-    written = write_zeros(out, how)
-    return loss, (out, written, out)
-
-
-_step = jax.jit(jax.value_and_grad(_loss, has_aux=True), static_argnames="how")
-
-
+@functools.partial(jax.jit, static_argnames="how")
 def step(x: jax.Array, c: jax.Array, how: str) -> tuple[jax.Array, ...]:
     """loss = Σ c·σ(x); write zeros via `how`; gradient.
 
@@ -65,26 +57,33 @@ def step(x: jax.Array, c: jax.Array, how: str) -> tuple[jax.Array, ...]:
         c's shape differs from x's (no broadcasting in the loss).
     """
     check_same_shape("step", x=x.shape, c=c.shape)
-    (loss, (before, written, after)), grad = _step(x, c, how)
-    return loss, grad, before, written, after
+
+    def loss_fn(x: jax.Array) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        out = jax.nn.sigmoid(x)
+        loss = jnp.sum(c * out)
+        return loss, (out, write_zeros(out, how))
+
+    (loss, (out, written)), grad = jax.value_and_grad(loss_fn, has_aux=True)(x)
+    return loss, grad, out, written, out
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one step on the fixture, the zero write spelled `variant` (the loss first)."""
+    x = field(fx, "x")
+    c = field(fx, "c")
+    return [StepCall(step, (), (x, c), {"how": variant})]
 
 
 @scenario_step("data_vs_detach")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One step (σ forward, the zero write spelled `variant`, d loss / dx); returns the loss."""
-    x = array(fx, "x")
-    c = array(fx, "c")
-
-    def one_step() -> jax.Array:
-        return jax.block_until_ready(step(x, c, variant))[0]
-
-    return one_step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("data_vs_detach")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: out, written, out_after_write, grads/x [N]."""
-    x = array(fx, "x")
-    c = array(fx, "c")
+    x = field(fx, "x")
+    c = field(fx, "c")
     _, grad, before, written, after = step(x, c, variant)
     return {"out": numpy(before), "written": numpy(written), "out_after_write": numpy(after), "grads/x": numpy(grad)}

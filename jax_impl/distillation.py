@@ -16,8 +16,6 @@ Reference: Hinton et al. 2015, arXiv:1503.02531.
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,9 +23,9 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run, transformation
 
-__all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "run"]
+__all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "train_step", "run"]
 
 
 class Student(nnx.Module):
@@ -64,12 +62,12 @@ class Distiller(nnx.Module):
 def build_model(fx) -> Distiller:
     """A Distiller loaded with the fixture's parameters and the teacher's running statistics."""
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     model = nnx.eval_shape(lambda: Distiller(dims["D"], dims["H"], dims["C"], jnp.dtype(fx.dtype), nnx.Rngs(0)))
     load_params(model, params)
-    model.teacher.bn.mean.set_value(array(fx, "running_mean"))  # nnx.BatchStat: not a parameter
-    model.teacher.bn.var.set_value(array(fx, "running_var"))
+    model.teacher.bn.mean.set_value(field(fx, "running_mean"))  # nnx.BatchStat: not a parameter
+    model.teacher.bn.var.set_value(field(fx, "running_var"))
     return model
 
 
@@ -101,7 +99,10 @@ def distillation_loss(s: jax.Array, t: jax.Array, labels: jax.Array, temperature
 
 
 @nnx.jit(static_argnames="variant")
-def _step(model: Distiller, optimizer: nnx.Optimizer, x, labels, temperature, alpha, variant: str):
+def train_step(model: Distiller, optimizer: nnx.Optimizer, x, labels, temperature, alpha, variant: str):
+    """One SGD step on the distillation loss; returns (loss, soft, hard [], soft targets [B, C], gradient State
+    of every parameter), all before the step. Jitted."""
+
     def loss_fn(m):
         t = teacher_logits(m.teacher, x, variant)  # the one teacher forward of the step
         soft, hard = distillation_loss(m.student(x), t, labels, temperature, alpha)
@@ -122,20 +123,14 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     student and teacher; teacher_stats/mean_moved [H] (the BatchNorm running mean's change)."""
     model = build_model(fx)
     trained = model if variant == "teacher_not_stopped" else model.student  # the trap trains the teacher too
-    optimizer = nnx.Optimizer(trained, _sgd(fx.scalar("lr")), wrt=nnx.Param)
+    optimizer = nnx.Optimizer(trained, transformation(optax.sgd, fx.scalar("lr")), wrt=nnx.Param)
     before, mean_before = params_of(model), model.teacher.bn.mean[...]
-    hyper = (array(fx, "temperature"), array(fx, "alpha"))
-    loss, soft, hard, soft_targets, grads = _step(
-        model, optimizer, array(fx, "x"), array(fx, "labels"), *hyper, variant
+    hyper = (field(fx, "temperature"), field(fx, "alpha"))
+    loss, soft, hard, soft_targets, grads = train_step(
+        model, optimizer, field(fx, "x"), field(fx, "labels"), *hyper, variant
     )
     out = {"loss": numpy(loss), "loss/soft": numpy(soft), "loss/hard": numpy(hard), "soft_targets": soft_targets}
     out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
     out.update({f"moved/{k}": v - before[k] for k, v in params_of(model).items()})
     out["teacher_stats/mean_moved"] = numpy(model.teacher.bn.mean[...] - mean_before)
     return out
-
-
-@functools.cache
-def _sgd(lr: float) -> optax.GradientTransformation:
-    # one transformation per learning rate: it is static data of the optimizer's graph (a new one would recompile)
-    return optax.sgd(lr)

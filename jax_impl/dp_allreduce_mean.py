@@ -25,7 +25,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, array, flat, load_params, scenario_run
+from ._common import MLP, field, flat, load_params, scenario_run
 from ._distributed import data_mesh, on_ranks, shard
 
 __all__ = ["build_model", "example_losses", "shard_loss", "full_batch_grads", "run_rank", "run"]
@@ -33,7 +33,7 @@ __all__ = ["build_model", "example_losses", "shard_loss", "full_batch_grads", "r
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -66,7 +66,7 @@ def full_batch_grads(fx, variant: str) -> dict[str, np.ndarray]:
     """The single-device gradient of the full batch's objective (the mean, or the global masked mean)."""
     graphdef, state = nnx.split(build_model(fx))
     grads = _full_batch(graphdef, variant.startswith("masked"))(
-        state, array(fx, "x"), array(fx, "y"), array(fx, "mask")
+        state, field(fx, "x"), field(fx, "y"), field(fx, "mask")
     )
     return flat(grads)
 

@@ -50,7 +50,7 @@ class Model(nnx.Module):
 
 def build_model(fx) -> Model:
     """A Model loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: Model(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 

@@ -27,7 +27,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, array, flat, load_params, scenario_run
+from ._common import MLP, field, flat, load_params, scenario_run
 from ._distributed import data_mesh, gather_ranks, on_ranks
 
 __all__ = [
@@ -44,7 +44,7 @@ __all__ = [
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -124,7 +124,7 @@ def _multi_steps(graphdef, m: int, lr: float, dtype: str):
 def full_batch_grads(fx) -> dict[str, np.ndarray]:
     """The single-device gradient of the mean loss over all B rows: what every round should step on."""
     graphdef, params = nnx.split(build_model(fx), nnx.Param)
-    return flat(_full_batch(graphdef)(params, array(fx, "x"), array(fx, "y")))
+    return flat(_full_batch(graphdef)(params, field(fx, "x"), field(fx, "y")))
 
 
 @functools.cache

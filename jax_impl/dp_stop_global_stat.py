@@ -24,7 +24,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, flat, load_params, scenario_run
+from ._common import field, flat, load_params, scenario_run
 from ._distributed import data_mesh, on_ranks, shard
 
 __all__ = ["Model", "build_model", "global_center", "shard_loss", "run_rank", "run"]
@@ -47,7 +47,7 @@ class Model(nnx.Module):
 
 def build_model(fx) -> Model:
     """A Model loaded with the fixture's canonical parameters (the probe starts at zero)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     params["probe"] = np.zeros(fx.dims["H"], fx.dtype)
     d, h, o, m = fx.dims["D"], fx.dims["H"], fx.dims["O"], fx.spec.constants["momentum"]
     return load_params(nnx.eval_shape(lambda: Model(d, h, o, jnp.dtype(fx.dtype), m, nnx.Rngs(0))), params)
@@ -87,7 +87,7 @@ def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
     """One process's outputs: loss [], center [H], grads/<param> (replicated), grads/probe [H]."""
     graphdef, params = nnx.split(build_model(fx))
     rep = NamedSharding(data_mesh(), P())
-    params, center0 = jax.device_put((params, array(fx, "center")), rep)  # replicated
+    params, center0 = jax.device_put((params, field(fx, "center")), rep)  # replicated
     loss, c, grads = _step(graphdef, variant)(params, shard(fx, "x"), shard(fx, "y"), center0)
     out = {"loss": np.asarray(loss), "center": np.asarray(c)}
     out.update({f"grads/{k}": g for k, g in flat(grads).items()})

@@ -23,7 +23,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, flat, load_params, scenario_run
+from ._common import field, flat, load_params, scenario_run
 from ._distributed import data_mesh, gather_ranks, on_ranks, shard
 
 __all__ = ["SyncBatchNorm1d", "Model", "build_model", "shard_loss", "full_batch_grads", "run_rank", "run"]
@@ -55,7 +55,7 @@ class Model(nnx.Module):
 def build_model(fx, variant: str) -> Model:
     """The Model of a variant, loaded with the fixture's canonical parameters, in training mode."""
     check_variant("dp_sync_batchnorm", variant)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     c, dtype = fx.spec.constants, jnp.dtype(fx.dtype)
     d, h, o, sync = fx.dims["D"], fx.dims["H"], fx.dims["O"], variant == "sync_batchnorm"
     model = load_params(Model(d, h, o, dtype, sync, c["eps"], c["momentum"], nnx.Rngs(0)), params)
@@ -76,7 +76,7 @@ def shard_loss(pred: jax.Array, y: jax.Array) -> jax.Array:
 def full_batch_grads(fx) -> dict[str, np.ndarray]:
     """The single-device gradient: plain BatchNorm over all B rows."""
     graphdef, params, stats = nnx.split(build_model(fx, "local_batchnorm"), nnx.Param, nnx.BatchStat)
-    return flat(_full_batch(graphdef)(params, stats, array(fx, "x"), array(fx, "y")))
+    return flat(_full_batch(graphdef)(params, stats, field(fx, "x"), field(fx, "y")))
 
 
 @functools.cache

@@ -24,7 +24,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_rank, check_same_shape, check_scalar, check_values, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import StepCall, field, grads_of, load_params, numpy, params_of, scenario_run, scenario_step, step_of
 
 __all__ = [
     "QNetwork",
@@ -34,6 +34,7 @@ __all__ = [
     "td_loss",
     "train_step",
     "soft_update",
+    "step_calls",
     "make_step",
     "run",
 ]
@@ -59,7 +60,7 @@ def build_networks(fx) -> tuple[QNetwork, QNetwork]:
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     nets = []
     for net in ("online", "target"):
-        params = {k.removeprefix(f"params/{net}/"): v for k, v in fx.items() if k.startswith(f"params/{net}/")}
+        params = fx.under(f"params/{net}")
         nets.append(load_params(nnx.eval_shape(lambda: QNetwork(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params))
     return nets[0], nets[1]
 
@@ -113,18 +114,17 @@ def td_loss(q_sa: jax.Array, y: jax.Array) -> jax.Array:
     return 0.5 * jnp.mean((y - q_sa) ** 2)
 
 
-def _loss(online, target, batch, gamma, variant):
-    q_sa = jnp.take_along_axis(online(batch["obs"]), batch["actions"][:, None], axis=1).squeeze(1)  # [B]
-    y = td_targets(online, target, batch, gamma, variant)
-    return td_loss(q_sa, y), (y - q_sa, y)
-
-
 @nnx.jit(static_argnames="variant")
 def train_step(online: QNetwork, target: QNetwork, optimizer: nnx.Optimizer, batch: dict, gamma, variant: str):
     """One SGD step of the online network; returns (loss, δ [B], y [B], online grads, target grads)."""
     check_variant("dqn_target", variant)
-    grad_fn = nnx.value_and_grad(_loss, argnums=(0, 1), has_aux=True)
-    (loss, (td, y)), (g_online, g_target) = grad_fn(online, target, batch, gamma, variant)
+
+    def loss_fn(online: QNetwork, target: QNetwork) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        q_sa = jnp.take_along_axis(online(batch["obs"]), batch["actions"][:, None], axis=1).squeeze(1)  # [B]
+        y = td_targets(online, target, batch, gamma, variant)
+        return td_loss(q_sa, y), (y - q_sa, y)
+
+    (loss, (td, y)), (g_online, g_target) = nnx.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(online, target)
     optimizer.update(online, g_online)
     return loss, td, y, g_online, g_target
 
@@ -141,18 +141,18 @@ def soft_update(online: nnx.Module, target: nnx.Module, tau: float) -> nnx.Modul
     return target
 
 
-@scenario_step("dqn_target")
-def make_step(fx, variant: str) -> Callable[[], jax.Array]:
-    """One SGD train_step of the online net (run's target updates are one-off, not per step); returns the TD loss."""
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one SGD train_step of the online net (run's target updates are one-off, not per step)."""
     online, target = build_networks(fx)
     optimizer = nnx.Optimizer(online, optax.sgd(fx.scalar("lr")), wrt=nnx.Param)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
-    gamma = array(fx, "gamma")
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    return [StepCall(train_step, (online, target, optimizer), (batch, field(fx, "gamma")), {"variant": variant})]
 
-    def step() -> jax.Array:
-        return jax.block_until_ready(train_step(online, target, optimizer, batch, gamma, variant))[0]
 
-    return step
+@scenario_step("dqn_target")
+def make_step(fx, variant: str) -> Callable[[], jax.Array]:
+    """One SGD train_step of the online net; returns the TD loss before the update."""
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("dqn_target")
@@ -160,8 +160,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; td_errors, td_targets [B]; grads/{online,target}/<param>; params/{online,target_soft,target_hard}/<param>."""
     online, target = build_networks(fx)
     optimizer = nnx.Optimizer(online, optax.sgd(fx.scalar("lr")), wrt=nnx.Param)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
-    loss, td, y, g_online, g_target = train_step(online, target, optimizer, batch, array(fx, "gamma"), variant)
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    loss, td, y, g_online, g_target = train_step(online, target, optimizer, batch, field(fx, "gamma"), variant)
     out = {"loss": numpy(loss), "td_errors": numpy(td), "td_targets": numpy(y)}
     for net, grads in (("online", g_online), ("target", g_target)):
         out.update({f"grads/{net}/{k}": g for k, g in grads_of(grads).items()})  # stopped: zeros, not missing (P11)

@@ -21,9 +21,9 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import StepCall, field, grads_of, load_params, numpy, params_of, scenario_run, scenario_step, step_of
 
-__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "make_step", "run"]
+__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "step_calls", "make_step", "run"]
 
 DDOF = {"ported": 1, "population": 0, "detach_features": 1}
 
@@ -50,7 +50,7 @@ def build_model(fx) -> Regressor:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -74,12 +74,6 @@ def mse(pred: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.mean((pred - y) ** 2)
 
 
-def _loss(model, x, y, variant, monitor):
-    pred, features = model(x, variant)
-    stats = feature_stats(features, variant) if monitor else None
-    return mse(pred, y), stats
-
-
 @nnx.jit(static_argnames=("variant", "monitor"))
 def train_step(model: Regressor, x: jax.Array, y: jax.Array, variant: str, monitor: bool = True):
     """Loss and gradients of one step, with the feature statistics when `monitor`.
@@ -87,27 +81,34 @@ def train_step(model: Regressor, x: jax.Array, y: jax.Array, variant: str, monit
     Returns (loss [], gradient State, (mean [H], std [H]) or None); aux is never differentiated.
     """
     check_variant("feature_stats", variant)
-    (loss, stats), grads = nnx.value_and_grad(_loss, has_aux=True)(model, x, y, variant, monitor)
+
+    def loss_fn(model: Regressor) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        pred, features = model(x, variant)
+        stats = feature_stats(features, variant) if monitor else None
+        return mse(pred, y), stats
+
+    (loss, stats), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
     return loss, grads, stats
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one monitored train_step of a model built from the fixture (the loss first)."""
+    model = build_model(fx)
+    x, y = field(fx, "x"), field(fx, "y")
+    return [StepCall(train_step, (model,), (x, y), {"variant": variant})]
 
 
 @scenario_step("feature_stats")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One monitored train_step: gradients and the stopped feature statistics (no update); returns the loss."""
-    model = build_model(fx)
-    x, y = array(fx, "x"), array(fx, "y")
-
-    def step() -> jax.Array:
-        return jax.block_until_ready(train_step(model, x, y, variant))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("feature_stats")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/<param> (canonical); stats/mean, stats/std [H] of the stopped features."""
     model = build_model(fx)
-    x, y = array(fx, "x"), array(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     loss, grads, (mean, std) = train_step(model, x, y, variant)
     out = {"loss": numpy(loss), "stats/mean": numpy(mean), "stats/std": numpy(std)}
     out.update({f"grads/{k}": g for k, g in grads_of(grads, params_of(model)).items()})

@@ -13,7 +13,6 @@ Reference: Yosinski et al. 2014, arXiv:1411.1792; Loshchilov & Hutter 2019, arXi
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import jax
@@ -22,10 +21,22 @@ import numpy as np
 import optax
 from flax import nnx
 
-from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ..shared.core.checks import check_variant, check_x64
+from ._common import (
+    StepCall,
+    cross_entropy,
+    field,
+    grads_of,
+    load_params,
+    numpy,
+    params_of,
+    scenario_run,
+    scenario_step,
+    step_of,
+    transformation,
+)
 
-__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "make_step", "run"]
+__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "train_step", "step_calls", "make_step", "run"]
 
 STOPPED = ("detach_features", "naive_stop_gradient")
 HEAD = nnx.All(nnx.Param, nnx.PathContains("head"))
@@ -63,7 +74,7 @@ def build_model(fx) -> Classifier:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(nnx.eval_shape(lambda: Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -78,30 +89,11 @@ def make_optimizer(model: Classifier, fx, variant: str) -> nnx.Optimizer:
     wrt = nnx.Param
     if variant in ("freeze_params", "detach_features"):
         wrt = HEAD  # GRAD-FLOW: frozen leaves stay out of the optimizer
-    names = ("lr", "b1", "b2", "eps", "weight_decay")
-    return nnx.Optimizer(model, _adamw(*(fx.scalar(k) for k in names)), wrt=wrt)
-
-
-@functools.cache
-def _adamw(lr: float, b1: float, b2: float, eps: float, weight_decay: float) -> optax.GradientTransformation:
-    # one transformation object per setting: nnx.jit keys its cache on it, a new object recompiles
-    return optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
-
-
-def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
-
-    Raises ValueError unless logits is 2-D with the labels' batch size B and every label is in [0, C)
-    (out of range, torch raises IndexError and optax silently gives a wrong loss).
-    """
-    check_rank("cross_entropy", "logits", logits.shape, "BC")
-    check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
-    check_values("cross_entropy", "labels", labels, low=0, high=logits.shape[-1], high_open=True)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-
-
-def _loss(model, x, labels, variant):
-    return cross_entropy(model(x, variant), labels)
+    b1, b2 = fx.scalar("b1"), fx.scalar("b2")
+    adamw = transformation(
+        optax.adamw, fx.scalar("lr"), b1=b1, b2=b2, eps=fx.scalar("eps"), weight_decay=fx.scalar("weight_decay")
+    )
+    return nnx.Optimizer(model, adamw, wrt=wrt)
 
 
 @nnx.jit(static_argnames="variant")
@@ -109,22 +101,27 @@ def train_step(model: Classifier, optimizer: nnx.Optimizer, x: jax.Array, labels
     """One AdamW step; returns (loss before the step, gradient State)."""
     check_variant("frozen_backbone", variant)
     diff = HEAD if variant == "freeze_params" else nnx.Param  # GRAD-FLOW: differentiate the head only
-    loss, grads = nnx.value_and_grad(_loss, argnums=nnx.DiffState(0, diff))(model, x, labels, variant)
+
+    def loss_fn(model: Classifier) -> jax.Array:
+        return cross_entropy(model(x, variant), labels)
+
+    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, diff))(model)
     optimizer.update(model, grads if variant in ("full_finetune", "naive_stop_gradient") else grads.filter(HEAD))
     return loss, grads
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one AdamW train_step of a classifier built from the fixture (loss first)."""
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+    x, labels = field(fx, "x"), field(fx, "labels")
+    return [StepCall(train_step, (model, optimizer), (x, labels), {"variant": variant})]
 
 
 @scenario_step("frozen_backbone")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One AdamW train_step of the classifier; returns the cross-entropy before the update."""
-    model = build_model(fx)
-    optimizer = make_optimizer(model, fx, variant)
-    x, labels = array(fx, "x"), array(fx, "labels")
-
-    def step() -> jax.Array:
-        return jax.block_until_ready(train_step(model, optimizer, x, labels, variant))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("frozen_backbone")
@@ -133,7 +130,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx)
     optimizer = make_optimizer(model, fx, variant)
 
-    x, labels = array(fx, "x"), array(fx, "labels")
+    x, labels = field(fx, "x"), field(fx, "labels")
     before = params_of(model)
     for step in range(int(fx["steps"])):
         loss, grads = train_step(model, optimizer, x, labels, variant)

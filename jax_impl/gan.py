@@ -13,7 +13,6 @@ Reference: Goodfellow et al. 2014, arXiv:1406.2661.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import jax
@@ -23,7 +22,18 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_values, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import (
+    StepCall,
+    field,
+    grads_of,
+    load_params,
+    numpy,
+    params_of,
+    scenario_run,
+    scenario_step,
+    step_of,
+    transformation,
+)
 
 __all__ = [
     "MLP",
@@ -35,6 +45,7 @@ __all__ = [
     "generator_loss",
     "discriminator_step",
     "generator_step",
+    "step_calls",
     "make_step",
     "run",
 ]
@@ -65,7 +76,7 @@ def build_model(fx) -> GAN:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(
         nnx.eval_shape(lambda: GAN(dims["Z"], dims["X"], dims["H"], dims["O"], jnp.dtype(fx.dtype), nnx.Rngs(0))),
@@ -79,7 +90,7 @@ def make_optimizers(model: GAN, fx) -> tuple[nnx.Optimizer, nnx.Optimizer]:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("make_optimizers", fx.dtype, jax.config.jax_enable_x64)
-    tx = _adam(fx.scalar("lr"), fx.scalar("b1"), fx.scalar("b2"), fx.scalar("eps"))
+    tx = transformation(optax.adam, fx.scalar("lr"), b1=fx.scalar("b1"), b2=fx.scalar("b2"), eps=fx.scalar("eps"))
     d_opt = nnx.Optimizer(model.disc, tx, wrt=nnx.Param)  # GRAD-FLOW: the discriminator step updates only D
     g_opt = nnx.Optimizer(model.gen, tx, wrt=nnx.Param)  # GRAD-FLOW: the generator step updates only G
     return d_opt, g_opt
@@ -131,19 +142,21 @@ def generator_step(model: GAN, g_opt: nnx.Optimizer, z: jax.Array):
     return loss, grads
 
 
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one discriminator_step, then one generator_step, of a model built from the fixture."""
+    model = build_model(fx)
+    d_opt, g_opt = make_optimizers(model, fx)
+    real, z = field(fx, "real"), field(fx, "z")
+    return [
+        StepCall(discriminator_step, (model, d_opt), (real, z), {"variant": variant}),
+        StepCall(generator_step, (model, g_opt), (z,)),
+    ]
+
+
 @scenario_step("gan")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One discriminator_step then one generator_step (Adam each); returns L_D + L_G, each before its update."""
-    model = build_model(fx)
-    d_opt, g_opt = make_optimizers(model, fx)
-    real, z = array(fx, "real"), array(fx, "z")
-
-    def step() -> jax.Array:
-        d_loss, d_grads = discriminator_step(model, d_opt, real, z, variant)
-        g_loss, g_grads = generator_step(model, g_opt, z)
-        return jax.block_until_ready((d_loss + g_loss, d_grads, g_grads))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("gan")
@@ -152,7 +165,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     s/moved/<param> = after - before."""
     model = build_model(fx)
     d_opt, g_opt = make_optimizers(model, fx)
-    real, z = array(fx, "real"), array(fx, "z")
+    real, z = field(fx, "real"), field(fx, "z")
     start = params_of(model)
     d_loss, d_grads = discriminator_step(model, d_opt, real, z, variant)
     mid = params_of(model)
@@ -170,10 +183,3 @@ def _outputs(step, loss, grads, before, after):
     out.update({f"{step}/params/{k}": v for k, v in after.items()})
     out.update({f"{step}/moved/{k}": after[k] - before[k] for k in after})
     return out
-
-
-@functools.cache
-def _adam(lr: float, b1: float, b2: float, eps: float) -> optax.GradientTransformation:
-    # one transformation per hyper-parameter set: it is static data of the optimizer's graph,
-    # so a new one per run would make nnx.jit trace and compile the steps again
-    return optax.adam(lr, b1=b1, b2=b2, eps=eps)

@@ -22,33 +22,22 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import MLP, field, grads_of, load_params, numpy, params_of, scenario_run
 
-__all__ = ["MLP", "build_model", "mse", "micro_batches", "accumulate_grads", "run"]
-
-
-class MLP(nnx.Module):
-    """pred [N] = l2(tanh(l1(x [N, D])))."""
-
-    def __init__(self, d: int, h: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, 1, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x))).squeeze(-1)
+__all__ = ["build_model", "mse", "micro_batches", "accumulate_grads", "make_optimizer", "run"]
 
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(
-        nnx.eval_shape(lambda: MLP(fx.dims["D"], fx.dims["H"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
+        nnx.eval_shape(lambda: MLP(fx.dims["D"], fx.dims["H"], 1, jnp.dtype(fx.dtype), nnx.Rngs(0))), params
     )
 
 
 def mse(model: MLP, x: jax.Array, y: jax.Array) -> jax.Array:
     """mean((pred − y)²) over a (micro-)batch x [M, D], y [M]. Raises ValueError unless pred and y are both [M]."""
-    pred = model(x)
+    pred = model(x).squeeze(-1)  # [M]
     check_same_shape("mse", pred=pred.shape, y=y.shape)
     return jnp.mean((pred - y) ** 2)
 
@@ -61,47 +50,45 @@ def micro_batches(x: jax.Array, y: jax.Array, n: int, variant: str) -> list[tupl
     return list(zip(jnp.split(x, cuts), jnp.split(y, cuts), strict=True))
 
 
-def _grad(model, x, y):
-    return nnx.grad(mse)(model, x, y)
+@nnx.jit(static_argnames="variant")
+def accumulate_grads(model: MLP, optimizer: nnx.Optimizer, batches: list, variant: str) -> nnx.State:
+    """One accumulation cycle; returns the applied gradient Σ_k g_k / n (zero_grad_in_loop: the last g_k / n only).
 
-
-def accumulate_grads(model: MLP, batches: list, variant: str) -> nnx.State:
-    """One accumulation cycle as a plain sum: Σ_k g_k / n (zero_grad_in_loop: the last g_k / n only)."""
+    The plain sum is what torch's .grad holds; the optimizer gets it from MultiSteps, one micro-batch at a
+    time (zero_grad_in_loop: the plain sum in one update). Jitted.
+    """
     check_variant("grad_accumulation", variant)
     n = len(batches)
     acc = jax.tree.map(jnp.zeros_like, nnx.state(model, nnx.Param))
     for x, y in batches:
-        grads = _grad(model, x, y)
+        grads = nnx.grad(mse)(model, x, y)
         if variant == "zero_grad_in_loop":
             acc = jax.tree.map(lambda g: g / n, grads)  # the trap: each micro-batch wipes the ones before it
         else:
             # GRAD-FLOW: .grad accumulates: each micro-batch adds its share
             acc = jax.tree.map(lambda a, g: a + g / n, acc, grads)
+    if variant == "zero_grad_in_loop":
+        optimizer.update(model, acc)
+    else:  # one MultiSteps update per micro-batch: the mean is applied at the n-th
+        for x, y in batches:
+            optimizer.update(model, nnx.grad(mse)(model, x, y))
     return acc
 
 
-def _optimizer(model: MLP, fx, n: int, variant: str) -> nnx.Optimizer:
+def make_optimizer(model: MLP, fx, variant: str) -> nnx.Optimizer:
+    """optax.MultiSteps(sgd(lr), n) over every parameter: it sums n updates and applies their mean at the n-th.
+
+    zero_grad_in_loop: plain sgd(lr) (MultiSteps cannot lose micro-batches: the plain sum's step).
+    """
+    check_variant("grad_accumulation", variant)
     sgd = optax.sgd(fx.scalar("lr"))
-    if variant == "zero_grad_in_loop":  # MultiSteps cannot lose micro-batches: the plain sum's step
+    if variant == "zero_grad_in_loop":
         return nnx.Optimizer(model, sgd, wrt=nnx.Param)
+    n = fx.spec.constants["micro_batches"]
     # accumulator_dtype: MultiSteps sums in float32 by default, whatever the parameters' dtype
     # GRAD-FLOW: the next cycle starts from no gradient
     multi = optax.MultiSteps(sgd, every_k_schedule=n, accumulator_dtype=jnp.dtype(fx.dtype))
     return nnx.Optimizer(model, multi, wrt=nnx.Param)
-
-
-@nnx.jit(static_argnames="variant")
-def _cycle(model, optimizer, batches, variant):
-    acc = accumulate_grads(model, batches, variant)
-    if variant == "zero_grad_in_loop":
-        optimizer.update(model, acc)
-    else:  # one MultiSteps update per micro-batch: the mean is applied at the n-th
-        for xb, yb in batches:
-            optimizer.update(model, _grad(model, xb, yb))
-    return acc
-
-
-_full_batch = nnx.jit(nnx.value_and_grad(mse))
 
 
 @scenario_run("grad_accumulation")
@@ -109,16 +96,15 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] (full batch, before); grads/<param> of the first cycle; full_grads/<param> (one grad
     over the full batch); gap/<param> = grads − full_grads; params/<param> after `steps` cycles."""
     model = build_model(fx)
-    x, y = array(fx, "x"), array(fx, "y")
-    loss, full = _full_batch(model, x, y)  # the reference: the full-batch gradient
+    x, y = field(fx, "x"), field(fx, "y")
+    loss, full = nnx.value_and_grad(mse)(model, x, y)  # the reference: the full-batch gradient
     full = grads_of(full)
-    n = fx.spec.constants["micro_batches"]
-    optimizer = _optimizer(model, fx, n, variant)
-    batches = micro_batches(x, y, n, variant)
+    optimizer = make_optimizer(model, fx, variant)
+    batches = micro_batches(x, y, fx.spec.constants["micro_batches"], variant)
     for step in range(int(fx["steps"])):
-        acc = _cycle(model, optimizer, batches, variant)
+        grads = accumulate_grads(model, optimizer, batches, variant)
         if step == 0:
-            first = grads_of(acc)
+            first = grads_of(grads)
     out = {"loss": numpy(loss)}
     out.update({f"grads/{k}": g for k, g in first.items()})
     out.update({f"full_grads/{k}": g for k, g in full.items()})

@@ -21,9 +21,9 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, scenario_run
+from ._common import field, grads_of, load_params, numpy, scenario_run
 
-__all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "run"]
+__all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "loss_and_grads", "run"]
 
 
 class Critic(nnx.Module):
@@ -48,7 +48,7 @@ class WGAN(nnx.Module):
 def build_model(fx) -> WGAN:
     """A WGAN loaded with the fixture's canonical parameters."""
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(
         nnx.eval_shape(lambda: WGAN(dims["Z"], dims["X"], dims["H"], dims["O"], jnp.dtype(fx.dtype), nnx.Rngs(0))),
@@ -87,19 +87,21 @@ def critic_loss(model: WGAN, batch: dict[str, jax.Array], gp_weight: float, vari
 
 
 @nnx.jit(static_argnames="variant")
-def _gradients(model: WGAN, batch, gp_weight, variant: str):
+def loss_and_grads(model: WGAN, batch: dict[str, jax.Array], gp_weight: jax.Array, variant: str):
+    """(L [], (wasserstein [], penalty [], norms [B]), gradient State of L), jitted."""
     # GRAD-FLOW: the penalty's gradient is second order: it needs g's graph
     grad_fn = nnx.value_and_grad(lambda m: critic_loss(m, batch, gp_weight, variant), has_aux=True)
-    return grad_fn(model)
+    (loss, aux), grads = grad_fn(model)
+    return loss, aux, grads
 
 
 @scenario_run("gradient_penalty")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, loss/{wasserstein,penalty} []; grad_norms [B]; grads/<param> of L (generator and critic)."""
     model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("real", "z", "eps")}
-    (loss, (wasserstein, penalty, norms)), grads = _gradients(model, batch, array(fx, "gp_weight"), variant)
+    batch = {k: field(fx, k) for k in ("real", "z", "eps")}
+    loss, (wasserstein, penalty, norms), grads = loss_and_grads(model, batch, field(fx, "gp_weight"), variant)
     out = {"loss": numpy(loss), "loss/wasserstein": numpy(wasserstein), "loss/penalty": numpy(penalty)}
     out["grad_norms"] = numpy(norms)
-    out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})  # stopped: zeros, not missing (P11)
+    out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
     return out

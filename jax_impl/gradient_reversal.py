@@ -22,9 +22,18 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, scenario_run
+from ._common import field, grads_of, load_params, numpy, scenario_run
 
-__all__ = ["DANN", "build_model", "reverse_gradient", "clip_gradient", "domain_input", "dann_losses", "run"]
+__all__ = [
+    "DANN",
+    "build_model",
+    "reverse_gradient",
+    "clip_gradient",
+    "domain_input",
+    "dann_losses",
+    "losses_and_grads",
+    "run",
+]
 
 
 class DANN(nnx.Module):
@@ -39,7 +48,7 @@ class DANN(nnx.Module):
 def build_model(fx) -> DANN:
     """A DANN loaded with the fixture's canonical parameters."""
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(
         nnx.eval_shape(lambda: DANN(dims["D"], dims["H"], dims["C"], dims["O"], jnp.dtype(fx.dtype), nnx.Rngs(0))),
@@ -111,7 +120,9 @@ def dann_losses(model: DANN, batch: dict[str, jax.Array], hyper: dict[str, jax.A
 
 
 @functools.partial(nnx.jit, static_argnames=("names", "variant"))
-def _gradients(model: DANN, batch, hyper, names: tuple[str, ...], variant: str):
+def losses_and_grads(model: DANN, batch: dict, hyper: dict, names: tuple[str, ...], variant: str):
+    """(label loss [], domain loss [], {loss: parameter gradient State}, d domain / d R(h) at the head [B, H],
+    d domain / dh the features receive [B, H], {name: d domain / d hyper[name]} for `names`), jitted."""
     label, domain, h, _ = dann_losses(model, batch, hyper, variant)
     grads = {
         "label_loss": nnx.grad(lambda m: dann_losses(m, batch, hyper, variant)[0])(model),
@@ -129,10 +140,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss/{label,domain} []; grads/{label_loss,domain_loss}/<param>; feature_grads/{head,received}
     [B, H]; grads/hyper/<name> [] for the λ or the bounds the variant uses."""
     model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("x", "labels", "domains")}
+    batch = {k: field(fx, k) for k in ("x", "labels", "domains")}
     names = fx.spec.constants["hyper"][variant]  # the hyper-parameters the variant's op takes
-    hyper = {k: array(fx, k) for k in ("lam", "clip_lo", "clip_hi")}
-    label, domain, grads, head, received, hyper_grads = _gradients(model, batch, hyper, tuple(names), variant)
+    hyper = {k: field(fx, k) for k in ("lam", "clip_lo", "clip_hi")}
+    label, domain, grads, head, received, hyper_grads = losses_and_grads(model, batch, hyper, tuple(names), variant)
     out = {"loss/label": numpy(label), "loss/domain": numpy(domain)}
     for name, g in grads.items():
         out.update({f"grads/{name}/{k}": v for k, v in grads_of(g).items()})

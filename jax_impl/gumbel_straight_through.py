@@ -21,9 +21,9 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import array, grads_of, load_params, scenario_run
+from ._common import field, grads_of, load_params, scenario_run
 
-__all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "run"]
+__all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "sample_and_grads", "run"]
 
 
 def gumbel_softmax(logits: jax.Array, gumbels: jax.Array, tau: float, hard: bool) -> jax.Array:
@@ -67,7 +67,10 @@ def decoder_loss(decoder: nnx.Linear, y: jax.Array, target: jax.Array) -> jax.Ar
 
 
 @functools.partial(nnx.jit, static_argnames="variant")
-def _gradients(decoder: nnx.Linear, logits, gumbels, tau, target, variant: str):
+def sample_and_grads(decoder: nnx.Linear, logits, gumbels, tau, target, variant: str):
+    """(sample y [B, C], soft sample [B, C], index [B] int32, loss [], d loss / d logits [B, C], decoder
+    gradient State) of the decoder's loss on the sample, jitted."""
+
     def loss_fn(dec, lg):
         y = sample_categories(lg, gumbels, tau, variant)
         return decoder_loss(dec, y, target), y
@@ -85,8 +88,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         nnx.eval_shape(lambda: nnx.Linear(c, k, param_dtype=jnp.dtype(fx.dtype), rngs=nnx.Rngs(0))),
         {"kernel": fx["params/decoder/kernel"], "bias": fx["params/decoder/bias"]},
     )
-    logits, gumbels, tau = array(fx, "logits"), array(fx, "gumbels"), array(fx, "tau")
-    y, soft, index, loss, g_logits, g_decoder = _gradients(decoder, logits, gumbels, tau, array(fx, "target"), variant)
+    logits, gumbels, tau = field(fx, "logits"), field(fx, "gumbels"), field(fx, "tau")
+    y, soft, index, loss, g_logits, g_decoder = sample_and_grads(
+        decoder, logits, gumbels, tau, field(fx, "target"), variant
+    )
     out = {"sample": y, "soft_sample": soft, "index": index}
     out.update(loss=loss, **{"grads/logits": g_logits})
     out.update({f"grads/decoder/{name}": v for name, v in grads_of(g_decoder).items()})

@@ -9,6 +9,7 @@ Reference: A3 §1.2 (C03); JAX docs, jax.grad.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
@@ -16,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_rank, check_same_shape, check_variant
-from ._common import array, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["predict", "mse_loss", "make_step", "run"]
+__all__ = ["predict", "mse_loss", "loss_and_grads", "step_calls", "make_step", "run"]
 
 
 def predict(w: jax.Array, b: jax.Array, x: jax.Array, variant: str) -> jax.Array:
@@ -27,10 +28,10 @@ def predict(w: jax.Array, b: jax.Array, x: jax.Array, variant: str) -> jax.Array
     Raises ValueError unless x is [B, D], w [D] and b a scalar.
     """
     check_variant("linear_regression", variant)
-    check_rank("predict", "x", tuple(x.shape), "BD")  # a [D, 1] w or a [B] x would broadcast silently
-    check_rank("predict", "w", tuple(w.shape), "D")
-    check_rank("predict", "b", tuple(b.shape), "")
-    check_same_shape("predict", x_features=tuple(x.shape[1:]), w=tuple(w.shape))
+    check_rank("predict", "x", x.shape, "BD")  # a [D, 1] w or a [B] x would broadcast silently
+    check_rank("predict", "w", w.shape, "D")
+    check_rank("predict", "b", b.shape, "")
+    check_same_shape("predict", x_features=x.shape[1:], w=w.shape)
     if variant == "x_stopped":
         x = jax.lax.stop_gradient(x)  # GRAD-FLOW: the input is data, not something to learn
     return x @ w + b
@@ -42,31 +43,29 @@ def mse_loss(y_hat: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.mean((y_hat - y) ** 2)
 
 
-def _loss(w, b, x, y, variant):
-    return mse_loss(predict(w, b, x, variant), y)
+@functools.partial(jax.jit, static_argnames="variant")
+def loss_and_grads(w: jax.Array, b: jax.Array, x: jax.Array, y: jax.Array, variant: str):
+    """(loss [], (d loss / dw [D], d loss / db [], d loss / dx [B, D])) of the squared error, jitted."""
+    return jax.value_and_grad(lambda w, b, x: mse_loss(predict(w, b, x, variant), y), argnums=(0, 1, 2))(w, b, x)
 
 
-_value_and_grads = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1, 2)), static_argnames="variant")
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: the squared error's gradients for w, b and x on the fixture (no update; the loss first)."""
+    w, b, x = (field(fx, k) for k in ("w", "b", "x"))
+    y = field(fx, "y")
+    return [StepCall(loss_and_grads, (), (w, b, x, y), {"variant": variant})]
 
 
 @scenario_step("linear_regression")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """Gradients of the squared error for w, b and x (no update: run takes none); returns the loss."""
-    w, b, x = (array(fx, k) for k in ("w", "b", "x"))
-    y = array(fx, "y")
-
-    def step() -> jax.Array:
-        loss, grads = _value_and_grads(w, b, x, y, variant)
-
-        return jax.block_until_ready((loss, grads))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("linear_regression")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/w [D], grads/b [], grads/x [B, D]."""
-    w, b, x = (array(fx, k) for k in ("w", "b", "x"))
-    y = array(fx, "y")
-    loss, (g_w, g_b, g_x) = _value_and_grads(w, b, x, y, variant)
+    w, b, x = (field(fx, k) for k in ("w", "b", "x"))
+    y = field(fx, "y")
+    loss, (g_w, g_b, g_x) = loss_and_grads(w, b, x, y, variant)
     return {"loss": numpy(loss), "grads/w": numpy(g_w), "grads/b": numpy(g_b), "grads/x": numpy(g_x)}

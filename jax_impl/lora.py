@@ -13,7 +13,6 @@ Reference: Hu et al. 2021, arXiv:2106.09685; flax.nnx.LoRA, nnx.LoRAParam (flax/
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 
 import jax
@@ -23,9 +22,30 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run, scenario_step
+from ._common import (
+    StepCall,
+    field,
+    grads_of,
+    load_params,
+    numpy,
+    params_of,
+    scenario_run,
+    scenario_step,
+    step_of,
+    transformation,
+)
 
-__all__ = ["LoRALinear", "Model", "build_model", "make_optimizer", "merged_kernel", "train_step", "make_step", "run"]
+__all__ = [
+    "LoRALinear",
+    "Model",
+    "build_model",
+    "make_optimizer",
+    "merged_kernel",
+    "train_step",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 
 class LoRALinear(nnx.Module):
@@ -56,7 +76,7 @@ def build_model(fx) -> Model:
 
     The adapter's A [D, R] and B [R, H] are nnx.LoRAParam leaves in the canonical layout.
     """
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, r, h, o = (fx.dims[k] for k in "DRHO")
     scale = fx.scalar("lora_alpha") / r
     return load_params(nnx.eval_shape(lambda: Model(d, r, h, o, scale, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
@@ -66,27 +86,14 @@ def make_optimizer(model: Model, fx, variant: str) -> nnx.Optimizer:
     """optax.adamw over the adapter (nnx.LoRAParam); naive_wrt_param: over every nnx.Param, the base too."""
     check_variant("lora", variant)
     trainable = nnx.Param if variant == "naive_wrt_param" else nnx.LoRAParam
-    names = ("lr", "b1", "b2", "eps", "weight_decay")
-    return nnx.Optimizer(
-        model, _adamw(*(fx.scalar(k) for k in names)), wrt=trainable
-    )  # GRAD-FLOW: only the adapter is given to AdamW
-
-
-@functools.cache
-def _adamw(lr: float, b1: float, b2: float, eps: float, weight_decay: float) -> optax.GradientTransformation:
-    # one transformation object per setting: nnx.jit keys its cache on it, a new object recompiles
-    return optax.adamw(lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+    hyper = {k: fx.scalar(k) for k in ("eps", "weight_decay")}
+    adamw = transformation(optax.adamw, fx.scalar("lr"), b1=fx.scalar("b1"), b2=fx.scalar("b2"), **hyper)
+    return nnx.Optimizer(model, adamw, wrt=trainable)  # GRAD-FLOW: only the adapter is given to AdamW
 
 
 def merged_kernel(layer: LoRALinear) -> jax.Array:
     """W + scale·A B [D, H] in the canonical layout: the adapter folded into the base (peft's merge)."""
     return layer.base.kernel[...] + layer.scale * layer.adapter.lora_a[...] @ layer.adapter.lora_b[...]
-
-
-def _loss(model, x, y):
-    pred = model(x)
-    check_same_shape("train_step", pred=pred.shape, y=y.shape)
-    return jnp.mean((pred - y) ** 2)
 
 
 @nnx.jit(static_argnames="variant")
@@ -98,19 +105,29 @@ def train_step(model: Model, optimizer: nnx.Optimizer, x: jax.Array, y: jax.Arra
     check_variant("lora", variant)
     trainable = nnx.Param if variant == "naive_wrt_param" else nnx.LoRAParam
     diff = nnx.DiffState(0, trainable)  # GRAD-FLOW: the base is frozen: no gradient, no AdamW state, no weight decay
-    loss, grads = nnx.value_and_grad(_loss, argnums=diff)(model, x, y)
+
+    def loss_fn(model: Model) -> jax.Array:
+        pred = model(x)
+        check_same_shape("train_step", pred=pred.shape, y=y.shape)
+        return jnp.mean((pred - y) ** 2)
+
+    loss, grads = nnx.value_and_grad(loss_fn, argnums=diff)(model)
     optimizer.update(model, grads)
     return loss, grads
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one AdamW train_step of the adapter of a model built from the fixture."""
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+    x, y = field(fx, "x"), field(fx, "y")
+    return [StepCall(train_step, (model, optimizer), (x, y), {"variant": variant})]
 
 
 @scenario_step("lora")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One AdamW train_step of the adapter; returns the loss before the update."""
-    check_variant("lora", variant)
-    model = build_model(fx)
-    optimizer = make_optimizer(model, fx, variant)
-    x, y = array(fx, "x"), array(fx, "y")
-    return lambda: jax.block_until_ready(train_step(model, optimizer, x, y, variant))[0]
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("lora")
@@ -120,7 +137,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     check_variant("lora", variant)
     model = build_model(fx)
     optimizer = make_optimizer(model, fx, variant)
-    x, y = array(fx, "x"), array(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     before = params_of(model)
     for step in range(int(fx["steps"])):
         loss, grads = train_step(model, optimizer, x, y, variant)

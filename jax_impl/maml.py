@@ -21,11 +21,25 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from ..shared.core import registry
 from ..shared.core.checks import check_int, check_same_shape, check_scalar, check_variant, check_x64
-from ._common import MLP, array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
+from ._common import MLP, StepCall, field, flat, grads_of, load_params, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["build_model", "mse_loss", "task_loss", "adapt", "meta_loss", "make_step", "run"]
+__all__ = [
+    "MAX_INNER_STEPS",
+    "build_model",
+    "mse_loss",
+    "task_loss",
+    "adapt",
+    "meta_loss",
+    "meta_step",
+    "step_calls",
+    "make_step",
+    "run",
+]
+
+MAX_INNER_STEPS = (
+    10  # adapt's loop is unrolled: 100 steps once took 190 s to compile (the record's schema bounds inner_steps alike)
+)
 
 
 def build_model(fx) -> MLP:
@@ -34,7 +48,7 @@ def build_model(fx) -> MLP:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: MLP(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -65,7 +79,7 @@ def adapt(
     190 s to compile) and α is a number > 0.
     """
     check_variant("maml", variant)
-    check_int("adapt", "steps", steps, 1, registry.get("maml").constants["max_inner_steps"])
+    check_int("adapt", "steps", steps, 1, MAX_INNER_STEPS)
     check_scalar("adapt", "alpha", alpha, 0.0, low_open=True)
     for _ in range(steps):
         grads = jax.grad(task_loss, argnums=1)(graphdef, params, x, y)
@@ -87,33 +101,33 @@ def meta_loss(graphdef: nnx.GraphDef, params: nnx.State, tasks, alpha: jax.Array
     return losses.sum(), (losses, adapted)
 
 
-def _objective(params, support_y, graphdef, tasks, alpha, steps, variant):
-    sx, _, qx, qy = tasks
-    return meta_loss(graphdef, params, (sx, support_y, qx, qy), alpha, steps, variant)
-
-
 @functools.partial(jax.jit, static_argnames=("graphdef", "steps", "variant"))
-def _meta_step(graphdef, params, tasks, alpha, steps, variant):
-    grad_fn = jax.value_and_grad(_objective, argnums=(0, 1), has_aux=True)
-    (_, (losses, adapted)), (meta, g_support_y) = grad_fn(params, tasks[1], graphdef, tasks, alpha, steps, variant)
+def meta_step(graphdef: nnx.GraphDef, params: nnx.State, tasks, alpha: jax.Array, steps: int, variant: str):
+    """One meta-gradient, jitted: (meta-loss [], per-task query losses [T], adapted θ'_t [T, ...], query
+    gradients ∇L_q(θ'_t) [T, ...], d meta-loss / dθ, d meta-loss / d support_y [T, S, O])."""
+
+    def objective(params: nnx.State, support_y: jax.Array):
+        sx, _, qx, qy = tasks
+        return meta_loss(graphdef, params, (sx, support_y, qx, qy), alpha, steps, variant)
+
+    grad_fn = jax.value_and_grad(objective, argnums=(0, 1), has_aux=True)
+    (total, (losses, adapted)), (meta, g_support_y) = grad_fn(params, tasks[1])
     query_grads = jax.vmap(lambda p, x, y: jax.grad(task_loss, argnums=1)(graphdef, p, x, y))(adapted, *tasks[2:])
-    return losses, adapted, query_grads, meta, g_support_y
+    return total, losses, adapted, query_grads, meta, g_support_y
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one meta_step on the fixture's tasks (no outer update; the meta-loss first)."""
+    graphdef, params = nnx.split(build_model(fx))
+    tasks = tuple(field(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
+    alpha, steps = field(fx, "alpha"), int(fx["inner_steps"])
+    return [StepCall(meta_step, (), (graphdef, params, tasks, alpha, steps), {"variant": variant})]
 
 
 @scenario_step("maml")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One meta-gradient: d/dθ, d/d support_y, per-task query gradients (no outer update); returns the meta-loss."""
-    graphdef, params = nnx.split(build_model(fx))
-
-    tasks = tuple(array(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
-    alpha, steps = array(fx, "alpha"), int(fx["inner_steps"])
-
-    def step() -> jax.Array:
-        # run's jitted _meta_step returns the per-task losses [T]; the meta-loss is their sum, as meta_loss's
-        out = _meta_step(graphdef, params, tasks, alpha, steps, variant)
-        return jax.block_until_ready((jnp.sum(out[0]), out))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("maml")
@@ -122,9 +136,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     meta_grads/<param> (d meta-loss / dθ), data_grads/support_y [T, S, O]."""
     graphdef, params = nnx.split(build_model(fx))
 
-    tasks = tuple(array(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
-    alpha, steps = array(fx, "alpha"), int(fx["inner_steps"])
-    losses, adapted, query_grads, meta, g_support_y = _meta_step(graphdef, params, tasks, alpha, steps, variant)
+    tasks = tuple(field(fx, k) for k in ("support_x", "support_y", "query_x", "query_y"))
+    alpha, steps = field(fx, "alpha"), int(fx["inner_steps"])
+    _, losses, adapted, query_grads, meta, g_support_y = meta_step(graphdef, params, tasks, alpha, steps, variant)
 
     out = {f"adapted/{k}": v for k, v in flat(adapted).items()}
     out["query_loss"] = numpy(losses)

@@ -26,30 +26,25 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, flat, grads_of, load_params, numpy, scenario_run, scenario_step
+from ._common import field, flat, grads_of, load_params, numpy, scenario_run, scenario_step
 
 __all__ = [
     "Regressor",
     "build_model",
     "autocast",
+    "linear",
     "mse",
     "LossScale",
     "make_scaler",
     "make_optimizer",
     "train_step",
+    "NO_STEP_CALLS",
     "make_step",
     "run",
 ]
 
 
 MAX_SKIPS = 2**30  # apply_if_finite's max_consecutive_errors: never give up and apply a NaN update
-
-
-def _linear(layer: nnx.Linear, x: jax.Array, enabled: bool) -> jax.Array:
-    if not enabled or x.dtype == jnp.float64:
-        return x @ layer.kernel[...] + layer.bias[...]
-    z = jnp.dot(autocast(x), autocast(layer.kernel[...]), preferred_element_type=jnp.float32)
-    return (z + autocast(layer.bias[...]).astype(jnp.float32)).astype(jnp.bfloat16)  # one rounding, as torch
 
 
 class Regressor(nnx.Module):
@@ -60,7 +55,7 @@ class Regressor(nnx.Module):
         self.head = nnx.Linear(h, o, param_dtype=dtype, rngs=rngs)
 
     def __call__(self, x: jax.Array, use_autocast: bool = True) -> jax.Array:
-        return _linear(self.head, jnp.tanh(_linear(self.encoder, x, use_autocast)), use_autocast)
+        return linear(self.head, jnp.tanh(linear(self.encoder, x, use_autocast)), use_autocast)
 
 
 def build_model(fx) -> Regressor:
@@ -69,7 +64,7 @@ def build_model(fx) -> Regressor:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(nnx.eval_shape(lambda: Regressor(d, h, o, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -77,6 +72,17 @@ def build_model(fx) -> Regressor:
 def autocast(x: jax.Array) -> jax.Array:
     """torch's autocast cast rule for a Linear operand: float32 / bfloat16 -> bfloat16; float64 unchanged."""
     return x if x.dtype == jnp.float64 else x.astype(jnp.bfloat16)
+
+
+def linear(layer: nnx.Linear, x: jax.Array, enabled: bool = True) -> jax.Array:
+    """A Linear layer as torch's autocast runs it: bf16 operands, float32 sums, one rounding to bf16 [B, out].
+
+    enabled False or float64 operands: the plain x @ kernel + bias in their dtype.
+    """
+    if not enabled or x.dtype == jnp.float64:
+        return x @ layer.kernel[...] + layer.bias[...]
+    z = jnp.dot(autocast(x), autocast(layer.kernel[...]), preferred_element_type=jnp.float32)
+    return (z + autocast(layer.bias[...]).astype(jnp.float32)).astype(jnp.bfloat16)  # one rounding, as torch
 
 
 def mse(pred: jax.Array, y: jax.Array) -> jax.Array:
@@ -140,19 +146,14 @@ def make_optimizer(hp: dict[str, jax.Array], skip_nonfinite: bool) -> optax.Grad
     return tx
 
 
-def _unscale(grads, scale: jax.Array):
-    return jax.tree.map(lambda g: g * (1.0 / scale).astype(g.dtype), grads)  # 1/scale: exact, a power of two
-
-
-def _scaled_loss(params, graphdef, x, y, poison, scale, use_autocast):
-    loss = mse(nnx.merge(graphdef, params)(x, use_autocast), y) * poison
-    return loss * scale, loss
+def _adam_count(opt_state) -> jax.Array:
+    return optax.tree_utils.tree_get(opt_state, "count")
 
 
 @functools.partial(jax.jit, static_argnames="graphdef")
 def _full_grads(graphdef, params, x, y):
     """Gradients of the unscaled loss with autocast off (the fixture dtype throughout)."""
-    return jax.grad(lambda p: _scaled_loss(p, graphdef, x, y, 1.0, 1.0, False)[0])(params)
+    return jax.grad(lambda p: mse(nnx.merge(graphdef, p)(x, False), y))(params)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "skip_nonfinite"))
@@ -162,24 +163,32 @@ def train_step(graphdef, params, opt_state, scaler, hp, x, y, poison, skip_nonfi
 
     Returns (params, opt_state, LossScale, loss [] unscaled, unscaled gradient State, skipped [] bool).
     """
-    grad_fn = jax.value_and_grad(_scaled_loss, has_aux=True)
-    (_, loss), grads = grad_fn(params, graphdef, x, y, poison, scaler.scale, True)
-    grads = _unscale(grads, scaler.scale)  # GRAD-FLOW: unscale the gradients before anything reads them
+
+    def scaled_loss(params: nnx.State) -> tuple[jax.Array, jax.Array]:
+        loss = mse(nnx.merge(graphdef, params)(x), y) * poison
+        return loss * scaler.scale, loss
+
+    (_, loss), grads = jax.value_and_grad(scaled_loss, has_aux=True)(params)
+    # 1/scale is exact (a power of two)
+    grads = jax.tree.map(
+        lambda g: g * (1.0 / scaler.scale).astype(g.dtype), grads
+    )  # GRAD-FLOW: unscale the gradients before anything reads them
     finite = jnp.all(jnp.array([jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grads)]))
     updates, new_state = make_optimizer(hp, skip_nonfinite).update(grads, opt_state, params)
     skipped = _adam_count(new_state) == _adam_count(opt_state)
     return optax.apply_updates(params, updates), new_state, scaler.update(finite), loss, grads, skipped
 
 
-def _adam_count(opt_state) -> jax.Array:
-    return optax.tree_utils.tree_get(opt_state, "count")
+# no step_calls (the bench's tuned forms tune fixed calls): the JAX step is a pure jax.jit whose
+# state (parameters, Adam state, loss scale) passes from one call to the next
+NO_STEP_CALLS = "its step threads the parameters, the Adam state and the loss scale from call to call"
 
 
 @scenario_step("mixed_precision")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One loss-scaled bf16 train_step (Adam, scale update), no injected overflow; returns the unscaled loss."""
-    x, y = array(fx, "x"), array(fx, "y")
-    hp = {k: array(fx, k) for k in ("lr", "b1", "b2", "eps")}
+    x, y = field(fx, "x"), field(fx, "y")
+    hp = {k: field(fx, k) for k in ("lr", "b1", "b2", "eps")}
     graphdef, params = nnx.split(build_model(fx), nnx.Param)
     skip, one = variant != "naive_no_skip", jnp.asarray(1.0, x.dtype)
     opt_state, scaler = make_optimizer(hp, skip).init(params), make_scaler(fx, variant)
@@ -197,8 +206,8 @@ def make_step(fx, variant: str) -> Callable[[], jax.Array]:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/, grads_full/<param> of step 1 (autocast on / off); params/<param> after
     `steps`; scale [steps] int64 after each update; skipped [steps] bool; optimizer_steps [] int64."""
-    x, y = array(fx, "x"), array(fx, "y")
-    hp = {k: array(fx, k) for k in ("lr", "b1", "b2", "eps")}
+    x, y = field(fx, "x"), field(fx, "y")
+    hp = {k: field(fx, k) for k in ("lr", "b1", "b2", "eps")}
     graphdef, params = nnx.split(build_model(fx), nnx.Param)
     one, inf = jnp.asarray(1.0, x.dtype), jnp.asarray(jnp.inf, x.dtype)
     skip = variant != "naive_no_skip"

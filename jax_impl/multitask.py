@@ -21,9 +21,9 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, grads_of, load_params, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "make_step", "run"]
+__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "step_calls", "make_step", "run"]
 
 
 class MultiTaskNet(nnx.Module):
@@ -51,7 +51,7 @@ def build_model(fx) -> MultiTaskNet:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(nnx.eval_shape(lambda: MultiTaskNet(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -71,39 +71,40 @@ def task_losses(pred1: jax.Array, y1: jax.Array, logits2: jax.Array, labels: jax
     return jnp.mean((pred1 - y1) ** 2), optax.softmax_cross_entropy_with_integer_labels(logits2, labels).mean()
 
 
-def _total(model, x, y1, labels, variant):
-    pred1, logits2 = model(x, variant)
-    loss1, loss2 = task_losses(pred1, y1, logits2, labels)
-    return loss1 + loss2, (loss1, loss2)
-
-
 @nnx.jit(static_argnames="variant")
 def loss_and_grads(
     model: MultiTaskNet, x: jax.Array, y1: jax.Array, labels: jax.Array, variant: str
 ) -> tuple[jax.Array, tuple[jax.Array, jax.Array], nnx.State]:
     """(total, (loss1, loss2), gradient State of the total) from one nnx.value_and_grad of loss1 + loss2."""
     check_variant("multitask", variant)
-    (total, (loss1, loss2)), grads = nnx.value_and_grad(_total, has_aux=True)(model, x, y1, labels, variant)
+
+    def loss_fn(model: MultiTaskNet) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        pred1, logits2 = model(x, variant)
+        loss1, loss2 = task_losses(pred1, y1, logits2, labels)
+        return loss1 + loss2, (loss1, loss2)
+
+    (total, (loss1, loss2)), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
     return total, (loss1, loss2), grads
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one loss_and_grads of a model built from the fixture (the total first)."""
+    model = build_model(fx)
+    x, y1, labels = field(fx, "x"), field(fx, "y1"), field(fx, "labels")
+    return [StepCall(loss_and_grads, (model,), (x, y1, labels), {"variant": variant})]
 
 
 @scenario_step("multitask")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """One backward of loss1 + loss2 (loss_and_grads, no update: run takes none); returns the total."""
-    model = build_model(fx)
-    x, y1, labels = array(fx, "x"), array(fx, "y1"), array(fx, "labels")
-
-    def step() -> jax.Array:
-        return jax.block_until_ready(loss_and_grads(model, x, y1, labels, variant))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("multitask")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, loss_task1, loss_task2 []; grads/<param> of the total loss (trunk, head1, head2)."""
     model = build_model(fx)
-    x, y1, labels = array(fx, "x"), array(fx, "y1"), array(fx, "labels")
+    x, y1, labels = field(fx, "x"), field(fx, "y1"), field(fx, "labels")
     total, (loss1, loss2), grads = loss_and_grads(model, x, y1, labels, variant)
     out = {"loss": numpy(total), "loss_task1": numpy(loss1), "loss_task2": numpy(loss2)}
     out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})

@@ -17,52 +17,28 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
-from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant, check_x64
-from ._common import array, load_params, numpy, scenario_run, scenario_step
+from ..shared.core.checks import check_variant, check_x64
+from ._common import MLP, StepCall, cross_entropy, field, load_params, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["Classifier", "build_model", "cross_entropy", "validate", "grad_recorded", "make_step", "run"]
-
-
-class Classifier(nnx.Module):
-    """logits [B, C] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, c: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, c, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x)))
+__all__ = ["build_model", "validate", "grad_recorded", "step_calls", "make_step", "run"]
 
 
-def build_model(fx) -> Classifier:
-    """A Classifier loaded with the fixture's canonical parameters (nnx.Param leaves, as in training).
+def build_model(fx) -> MLP:
+    """An MLP classifier (logits [B, C] = l2(tanh(l1(x [B, D])))) loaded with the fixture's canonical parameters (nnx.Param leaves, as in training).
 
     Built with nnx.eval_shape: the random initialisation is never computed, the fixture supplies every leaf.
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
-    return load_params(nnx.eval_shape(lambda: Classifier(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
-
-
-def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
-
-    Raises ValueError unless logits is 2-D with the labels' batch size B and every label is in [0, C)
-    (out of range, torch raises IndexError and optax silently gives a wrong loss).
-    """
-    check_rank("cross_entropy", "logits", logits.shape, "BC")
-    check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
-    check_values("cross_entropy", "labels", labels, low=0, high=logits.shape[-1], high_open=True)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    return load_params(nnx.eval_shape(lambda: MLP(d, h, c, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
 
 @nnx.jit(static_argnames="variant")
-def validate(model: Classifier, x: jax.Array, labels: jax.Array, variant: str):
+def validate(model: MLP, x: jax.Array, labels: jax.Array, variant: str):
     """Validation pass, jitted: (logits [B, C], loss []) without a graph on either.
 
     Raises ValueError for a variant other than "no_grad", "inference_mode", "detach".
@@ -80,23 +56,24 @@ def grad_recorded(t: jax.Array) -> int:
     return int(isinstance(t, jax.core.Tracer))
 
 
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: the validation pass of a model built from the fixture (the loss second)."""
+    model = build_model(fx)
+    x, labels = field(fx, "x"), field(fx, "labels")
+    return [StepCall(validate, (model,), (x, labels), {"variant": variant}, loss=(1,))]
+
+
 @scenario_step("no_grad_inference")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """The validation pass (validate: forward and loss, no gradient); returns the validation loss."""
-    model = build_model(fx)
-    x, labels = array(fx, "x"), array(fx, "labels")
-
-    def step() -> jax.Array:
-        return jax.block_until_ready(validate(model, x, labels, variant))[1]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("no_grad_inference")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: logits [B, C], loss [], predictions [B] int64, correct [] int64, grad_recorded [] int64."""
     model = build_model(fx)
-    logits, loss = validate(model, array(fx, "x"), array(fx, "labels"), variant)
+    logits, loss = validate(model, field(fx, "x"), field(fx, "labels"), variant)
     predictions = numpy(logits).argmax(axis=1)  # [B] int64
     return {
         "logits": numpy(logits),

@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_variant
-from ._common import array, scenario_run
+from ._common import field, scenario_run
 
-__all__ = ["row_std", "run"]
+__all__ = ["row_std", "std_and_grad", "run"]
 
 
 def row_std(x: jax.Array, variant: str) -> jax.Array:
@@ -39,16 +39,16 @@ def row_std(x: jax.Array, variant: str) -> jax.Array:
 
 
 @functools.partial(jax.jit, static_argnames="variant")
-def _std_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
-    def sum_std(v: jax.Array) -> jax.Array:
-        return row_std(v, variant).sum()
-
-    grad = jax.grad(sum_std)(x)  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
-    return row_std(x, variant), grad
+def std_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+    """(row_std(x) [R], d sum(std) / dx [R, N]), jitted."""
+    check_variant("p01_std_convention", variant)
+    std, vjp = jax.vjp(lambda x: row_std(x, variant), x)
+    (grad,) = vjp(jnp.ones_like(std))  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
+    return std, grad
 
 
 @scenario_run("p01_std_convention")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: std [R]; grads/x [R, N] = d sum(std) / dx."""
-    std, grad = _std_and_grad(array(fx, "x"), variant)
+    std, grad = std_and_grad(field(fx, "x"), variant)
     return {"std": std, "grads/x": grad}

@@ -19,9 +19,9 @@ import numpy as np
 import optax
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import array, scenario_run
+from ._common import field, scenario_run
 
-__all__ = ["norm", "sq_norm", "penalized", "run"]
+__all__ = ["norm", "sq_norm", "penalized", "norm_and_grads", "run"]
 
 
 def norm(x: jax.Array, variant: str) -> jax.Array:
@@ -52,7 +52,9 @@ def penalized(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> jax.A
 
 
 @functools.partial(jax.jit, static_argnames="variant")
-def _grads(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> dict[str, jax.Array]:
+def norm_and_grads(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> dict[str, jax.Array]:
+    """norm [] and the gradients of norm, sq_norm and penalized at x [N], jitted."""
+    check_variant("p02_norm_at_zero", variant)
     return {
         "norm": norm(x, variant),
         "grads/norm": jax.grad(norm)(x, variant),
@@ -64,4 +66,4 @@ def _grads(x: jax.Array, t: jax.Array, lam: jax.Array, variant: str) -> dict[str
 @scenario_run("p02_norm_at_zero")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: norm []; grads/norm, grads/sq_norm, grads/penalized [N], all taken at x."""
-    return _grads(array(fx, "x"), array(fx, "t"), array(fx, "lam"), variant)
+    return norm_and_grads(field(fx, "x"), field(fx, "t"), field(fx, "lam"), variant)

@@ -19,9 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_scalar, check_variant, is_traced
-from ._common import array, scenario_run
+from ._common import field, scenario_run
 
-__all__ = ["l1", "clamp", "run"]
+__all__ = ["l1", "clamp", "values_and_grads", "run"]
 
 
 @jax.custom_jvp
@@ -59,7 +59,9 @@ def clamp(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) -> jax.Array
 
 
 @functools.partial(jax.jit, static_argnames="variant")
-def _values_and_grads(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) -> dict[str, jax.Array]:
+def values_and_grads(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) -> dict[str, jax.Array]:
+    """l1 [], clamped [N] and the gradients of l1 and sum(clamped) at x [N], jitted."""
+    check_variant("p03_subgradient_kinks", variant)
     return {
         "l1": l1(x, variant),
         "clamped": clamp(x, lo, hi, variant),
@@ -71,4 +73,4 @@ def _values_and_grads(x: jax.Array, lo: jax.Array, hi: jax.Array, variant: str) 
 @scenario_run("p03_subgradient_kinks")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: l1 []; clamped [N]; grads/l1, grads/clamp [N] (d sum / dx)."""
-    return _values_and_grads(array(fx, "x"), array(fx, "lo"), array(fx, "hi"), variant)
+    return values_and_grads(field(fx, "x"), field(fx, "lo"), field(fx, "hi"), variant)

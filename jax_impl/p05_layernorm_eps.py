@@ -19,9 +19,9 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, flat, load_params, scenario_run
+from ._common import field, flat, load_params, scenario_run
 
-__all__ = ["make_layer_norm", "run"]
+__all__ = ["make_layer_norm", "forward_and_grads", "run"]
 
 TORCH_EPS = 1e-5
 
@@ -33,29 +33,30 @@ def make_layer_norm(fx, variant: str) -> nnx.LayerNorm:
     """
     check_variant("p05_layernorm_eps", variant)
     check_x64("make_layer_norm", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     kwargs = {} if variant == "naive" else {"epsilon": TORCH_EPS, "use_fast_variance": False}
     ln = nnx.LayerNorm(fx.dims["D"], param_dtype=jnp.dtype(fx.dtype), rngs=nnx.Rngs(0), **kwargs)
     return load_params(ln, params)
 
 
-def _loss(ln: nnx.LayerNorm, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
-    y = ln(x)
-    check_same_shape("weighted_sum", c=c.shape, y=y.shape)
-    return jnp.sum(c * y), y
-
-
 @nnx.jit
-def _forward_and_grads(ln: nnx.LayerNorm, x: jax.Array, c: jax.Array):
-    grad_fn = nnx.grad(_loss, argnums=(0, 1), has_aux=True)  # GRAD-FLOW: through the row mean and 1 / sqrt(var + eps)
-    (g_ln, g_x), y = grad_fn(ln, x, c)
+def forward_and_grads(ln: nnx.LayerNorm, x: jax.Array, c: jax.Array):
+    """(y [B, D], gradient State of scale and bias, d loss / dx [B, D]) of loss = sum(c * y), jitted."""
+
+    def loss_fn(ln: nnx.LayerNorm, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        y = ln(x)
+        check_same_shape("weighted_sum", c=c.shape, y=y.shape)
+        return jnp.sum(c * y), y
+
+    grad_fn = nnx.grad(loss_fn, argnums=(0, 1), has_aux=True)  # GRAD-FLOW: through the row mean and 1 / sqrt(var + eps)
+    (g_ln, g_x), y = grad_fn(ln, x)
     return y, g_ln, g_x
 
 
 @scenario_run("p05_layernorm_eps")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [B, D]; grads/x [B, D]; grads/scale, grads/bias [D] of loss = sum(c * y)."""
-    y, g_ln, g_x = _forward_and_grads(make_layer_norm(fx, variant), array(fx, "x"), array(fx, "c"))
+    y, g_ln, g_x = forward_and_grads(make_layer_norm(fx, variant), field(fx, "x"), field(fx, "c"))
     out = {"y": y, "grads/x": g_x}
     out.update({f"grads/{k}": g for k, g in flat(g_ln).items()})
     return out

@@ -20,9 +20,9 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, load_params, scenario_run
+from ._common import field, load_params, scenario_run
 
-__all__ = ["make_batch_norm", "run"]
+__all__ = ["make_batch_norm", "train_and_eval", "run"]
 
 EPS = 1e-5
 
@@ -56,28 +56,34 @@ def make_batch_norm(fx, variant: str) -> nnx.Module:
     """
     check_variant("p06_batchnorm_stats", variant)
     check_x64("make_batch_norm", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     f, m, dtype = fx.dims["F"], fx.scalar("momentum"), jnp.dtype(fx.dtype)
     if variant == "naive":
         bn = nnx.BatchNorm(f, momentum=m, epsilon=EPS, param_dtype=dtype, rngs=nnx.Rngs(0))
     else:
         bn = _TorchBatchNorm(f, m, dtype)
     load_params(bn, params)
-    bn.mean.set_value(array(fx, "running_mean"))
-    bn.var.set_value(array(fx, "running_var"))
+    bn.mean.set_value(field(fx, "running_mean"))
+    bn.var.set_value(field(fx, "running_var"))
     return bn
 
 
-def _loss(bn: nnx.Module, x: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
-    out = bn(x, use_running_average=False)
-    check_same_shape("weighted_sum", c=c.shape, out=out.shape)
-    return jnp.sum(c * out), out
-
-
 @nnx.jit
-def _train_and_eval(bn: nnx.Module, x: jax.Array, c: jax.Array, x_eval: jax.Array):
-    grad_fn = nnx.grad(_loss, argnums=1, has_aux=True)  # GRAD-FLOW: through the batch statistics, not the running ones
-    grad_x, train_out = grad_fn(bn, x, c)
+def train_and_eval(bn: nnx.Module, x: jax.Array, c: jax.Array, x_eval: jax.Array):
+    """One training batch, then evaluation: (train_out [B, F], d sum(c * train_out) / dx [B, F], eval_out [E, F]).
+
+    The training batch updates the running statistics in place; evaluation reads them. Jitted.
+    """
+
+    def loss_fn(bn: nnx.Module, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        train_out = bn(x, use_running_average=False)
+        check_same_shape("weighted_sum", c=c.shape, out=train_out.shape)
+        return jnp.sum(c * train_out), train_out
+
+    grad_fn = nnx.grad(
+        loss_fn, argnums=1, has_aux=True
+    )  # GRAD-FLOW: through the batch statistics, not the running ones
+    grad_x, train_out = grad_fn(bn, x)
     return train_out, grad_x, bn(x_eval, use_running_average=True)
 
 
@@ -85,7 +91,7 @@ def _train_and_eval(bn: nnx.Module, x: jax.Array, c: jax.Array, x_eval: jax.Arra
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: train_out, grads/x [B, F]; running_mean, running_var [F] after one batch; eval_out [E, F]."""
     bn = make_batch_norm(fx, variant)
-    train_out, grad_x, eval_out = _train_and_eval(bn, array(fx, "x"), array(fx, "c"), array(fx, "x_eval"))
+    train_out, grad_x, eval_out = train_and_eval(bn, field(fx, "x"), field(fx, "c"), field(fx, "x_eval"))
     return {
         "train_out": train_out,
         "grads/x": grad_x,

@@ -16,9 +16,9 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, grads_of, load_params, scenario_run
+from ._common import field, grads_of, load_params, scenario_run
 
-__all__ = ["load_linear", "mse", "run"]
+__all__ = ["load_linear", "mse", "loss_and_grads", "run"]
 
 
 def load_linear(fx, variant: str) -> nnx.Linear:
@@ -42,20 +42,22 @@ def mse(pred: jax.Array, target: jax.Array) -> jax.Array:
     return jnp.mean((pred - target) ** 2)
 
 
-def _loss(lin: nnx.Linear, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
-    pred = lin(x)
-    return mse(pred, y), pred
-
-
 @nnx.jit
-def _loss_and_grads(lin: nnx.Linear, x: jax.Array, y: jax.Array):
-    return nnx.value_and_grad(_loss, has_aux=True)(lin, x, y)  # GRAD-FLOW: d loss / d (kernel, bias)
+def loss_and_grads(lin: nnx.Linear, x: jax.Array, y: jax.Array):
+    """(loss [], pred [B, O], gradient State of kernel and bias), jitted."""
+
+    def loss_fn(lin: nnx.Linear) -> tuple[jax.Array, jax.Array]:
+        pred = lin(x)
+        return mse(pred, y), pred
+
+    (loss, pred), grads = nnx.value_and_grad(loss_fn, has_aux=True)(lin)  # GRAD-FLOW: d loss / d (kernel, bias)
+    return loss, pred, grads
 
 
 @scenario_run("p07_linear_layout")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; pred [B, O]; grads/kernel [I, O]; grads/bias [O]."""
-    (loss, pred), grads = _loss_and_grads(load_linear(fx, variant), array(fx, "x"), array(fx, "y"))
+    loss, pred, grads = loss_and_grads(load_linear(fx, variant), field(fx, "x"), field(fx, "y"))
     out = {"loss": loss, "pred": pred}
     out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
     return out

@@ -18,9 +18,9 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, load_params, scenario_run
+from ._common import field, load_params, scenario_run
 
-__all__ = ["make_cell", "unroll", "run"]
+__all__ = ["make_cell", "unroll", "states_and_grads", "run"]
 
 _ZEROS = nnx.initializers.zeros_init()  # no random init to compile: every weight is loaded
 
@@ -74,20 +74,21 @@ def unroll(cell: nnx.Module, x: jax.Array, h: jax.Array) -> jax.Array:
     return jnp.stack(hs)
 
 
-def _loss(cell: nnx.Module, x: jax.Array, h0: jax.Array, c: jax.Array) -> tuple[jax.Array, jax.Array]:
-    hs = unroll(cell, x, h0)
-    check_same_shape("weighted_sum", c=c.shape, h=hs.shape)
-    return jnp.sum(c * hs), hs
-
-
 @nnx.jit
-def _states_and_grads(cell: nnx.Module, x: jax.Array, h0: jax.Array, c: jax.Array):
-    (gx, gh0), hs = nnx.grad(_loss, argnums=(1, 2), has_aux=True)(cell, x, h0, c)  # GRAD-FLOW: back through every step
+def states_and_grads(cell: nnx.Module, x: jax.Array, h0: jax.Array, c: jax.Array):
+    """(hidden states [T, B, H], d loss / dx [T, B, I], d loss / dh0 [B, H]) of loss = sum(c * h), jitted."""
+
+    def loss_fn(x: jax.Array, h0: jax.Array) -> tuple[jax.Array, jax.Array]:
+        hs = unroll(cell, x, h0)
+        check_same_shape("weighted_sum", c=c.shape, h=hs.shape)
+        return jnp.sum(c * hs), hs
+
+    (gx, gh0), hs = jax.grad(loss_fn, argnums=(0, 1), has_aux=True)(x, h0)  # GRAD-FLOW: back through every step
     return hs, gx, gh0
 
 
 @scenario_run("p08_gru_bias")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: h [T, B, H]; grads/x [T, B, I]; grads/h0 [B, H] of loss = sum(c * h)."""
-    hs, gx, gh0 = _states_and_grads(make_cell(fx, variant), array(fx, "x"), array(fx, "h0"), array(fx, "c"))
+    hs, gx, gh0 = states_and_grads(make_cell(fx, variant), field(fx, "x"), field(fx, "h0"), field(fx, "c"))
     return {"h": hs, "grads/x": gx, "grads/h0": gh0}

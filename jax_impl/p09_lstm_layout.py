@@ -14,15 +14,17 @@ Reference: Hochreiter & Schmidhuber 1997; Flax docs, nnx.LSTMCell.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant, check_x64
-from ._common import array, numpy, scenario_run
+from ._common import field, scenario_run
 
-__all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
+__all__ = ["Recurrent", "build_model", "lstm_loss", "state_and_grads", "run"]
 
 GATES = ("i", "f", "g", "o")  # torch's block order in the 4H columns
 
@@ -79,22 +81,25 @@ def lstm_loss(h: jax.Array, c: jax.Array) -> jax.Array:
     return 0.5 * jnp.sum(h**2) + jnp.sum(c)
 
 
-def _loss(params, graphdef, x, h0, c0, variant):
-    model = nnx.merge(graphdef, _flax_params(params, variant))
-    h, c = model(x, h0, c0, variant)
-    return lstm_loss(h, c), (h, c)
+@functools.partial(jax.jit, static_argnames=("graphdef", "variant"))
+def state_and_grads(graphdef: nnx.GraphDef, params: dict, x: jax.Array, h0: jax.Array, c0: jax.Array, variant: str):
+    """(h_T, c_T [B, H], gradients of lstm_loss for every canonical parameter) after T steps, jitted."""
+    check_variant("p09_lstm_layout", variant)
 
+    def loss_fn(params: dict) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        h, c = nnx.merge(graphdef, _flax_params(params, variant))(x, h0, c0, variant)
+        return lstm_loss(h, c), (h, c)
 
-_value_and_grad = jax.jit(
-    jax.value_and_grad(_loss, has_aux=True),  # GRAD-FLOW: both biases and kernels are trained through every step
-    static_argnames=("graphdef", "variant"),
-)
+    (_, (h, c)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+        params
+    )  # GRAD-FLOW: both biases and kernels are trained through every step
+    return h, c, grads
 
 
 @scenario_run("p09_lstm_layout")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: h, c [B, H] after T steps; grads/cell/{ih,hh}/{kernel,bias} (canonical layout)."""
     graphdef, _ = nnx.split(build_model(fx, variant))
-    params = {k.removeprefix("params/"): array(fx, k) for k in fx if k.startswith("params/")}
-    (_, (h, c)), grads = _value_and_grad(params, graphdef, array(fx, "x"), array(fx, "h0"), array(fx, "c0"), variant)
-    return {"h": numpy(h), "c": numpy(c), **{f"grads/{k}": numpy(g) for k, g in grads.items()}}
+    params = {k: jnp.asarray(v) for k, v in fx.under("params").items()}
+    h, c, grads = state_and_grads(graphdef, params, field(fx, "x"), field(fx, "h0"), field(fx, "c0"), variant)
+    return {"h": h, "c": c, **{f"grads/{k}": g for k, g in grads.items()}}

@@ -18,9 +18,9 @@ import numpy as np
 import optax
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, numpy, scenario_run
 
-__all__ = ["make_optimizer", "mse_loss", "run"]
+__all__ = ["make_optimizer", "mse_loss", "loss_and_grad", "run"]
 
 
 def make_optimizer(fx, variant: str) -> optax.GradientTransformation:
@@ -39,18 +39,21 @@ def mse_loss(pred: jax.Array, y: jax.Array) -> jax.Array:
     return 0.5 * jnp.mean((pred - y) ** 2)
 
 
-_value_and_grad = jax.jit(jax.value_and_grad(lambda w, x, y: mse_loss(x @ w, y)))
+@jax.jit
+def loss_and_grad(w: jax.Array, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(mse_loss(x @ w, y) [], its gradient in w [D], no decay term), jitted."""
+    return jax.value_and_grad(lambda w: mse_loss(x @ w, y))(w)
 
 
 @scenario_run("p10_adam_weight_decay")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] and grads/w [D] of step 1 (no decay term); params/w, moved/w [D] after `steps`."""
-    w = array(fx, "w")
-    x, y = array(fx, "x"), array(fx, "y")
+    w = field(fx, "w")
+    x, y = field(fx, "x"), field(fx, "y")
     optimizer = make_optimizer(fx, variant)
     state = optimizer.init(w)
     for step in range(int(fx["steps"])):
-        loss, grads = _value_and_grad(w, x, y)
+        loss, grads = loss_and_grad(w, x, y)
         updates, state = optimizer.update(grads, state, w)
         if step == 0:
             loss0, grads0 = numpy(loss), numpy(grads)

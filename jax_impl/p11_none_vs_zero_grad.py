@@ -18,7 +18,7 @@ import numpy as np
 import optax
 
 from ..shared.core.checks import check_scalar, check_variant
-from ._common import array, grads_of, numpy, scenario_run
+from ._common import field, grads_of, numpy, scenario_run
 
 __all__ = ["loss_fn", "gradients", "sgd_step", "run"]
 
@@ -55,7 +55,7 @@ def sgd_step(params: dict[str, jax.Array], grads: dict[str, jax.Array], lr: floa
 @scenario_run("p11_none_vs_zero_grad")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: grads/{x,y} [N] (missing reported as explicit zeros); params/{x,y}, moved/{x,y} [N] after one step."""
-    params = {k: array(fx, k) for k in ("x", "y")}
+    params = {k: field(fx, k) for k in ("x", "y")}
     grads = gradients(params, variant)
     new = sgd_step(params, grads, fx.scalar("lr"), fx.scalar("weight_decay"))
     out = {}

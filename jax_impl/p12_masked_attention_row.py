@@ -14,6 +14,7 @@ Reference: Vaswani et al. 2017, arXiv:1706.03762 (scaled dot-product attention).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -21,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, scenario_run
 
-__all__ = ["masked_softmax", "attention", "masked_loss", "run"]
+__all__ = ["masked_softmax", "attention", "masked_loss", "loss_and_grads", "run"]
 
 
 def masked_softmax(scores: jax.Array, mask: jax.Array, variant: str) -> jax.Array:
@@ -55,25 +56,30 @@ def masked_loss(out: jax.Array, w: jax.Array, mask: jax.Array) -> jax.Array:
     check_same_shape("masked_loss", out=out.shape, w=w.shape)
     if out.ndim != 2 or mask.ndim != 2 or mask.shape[0] != out.shape[0]:
         raise ValueError(
-            f"masked_loss: mask has shape {tuple(mask.shape)} but out has shape {out.shape}; "
+            f"masked_loss: mask has shape {tuple(mask.shape)} but out has shape {tuple(out.shape)}; "
             "expected out [T, V] and mask [T, S] with the same T"
         )
     valid = mask.any(axis=-1, keepdims=True)
     return (jnp.where(valid, out, 0.0) * w).sum()  # GRAD-FLOW: padded query rows are excluded from the loss
 
 
-def _loss(q, k, v, mask, w, variant):
-    out = attention(q, k, v, mask, variant)
-    return masked_loss(out, w, mask), out
+@functools.partial(jax.jit, static_argnames="variant")
+def loss_and_grads(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, w: jax.Array, variant: str):
+    """(loss [], out [T, V], (d loss / dq [T, K], dk [S, K], dv [S, V])), jitted."""
+    check_variant("p12_masked_attention_row", variant)
 
+    def loss_fn(q: jax.Array, k: jax.Array, v: jax.Array) -> tuple[jax.Array, jax.Array]:
+        out = attention(q, k, v, mask, variant)
+        return masked_loss(out, w, mask), out
 
-_value_and_grad = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1, 2), has_aux=True), static_argnames="variant")
+    (loss, out), grads = jax.value_and_grad(loss_fn, argnums=(0, 1, 2), has_aux=True)(q, k, v)
+    return loss, out, grads
 
 
 @scenario_run("p12_masked_attention_row")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; out [T, V]; grads/q [T, K], grads/k [S, K], grads/v [S, V] ("naive": out row and grads/v NaN)."""
-    q, k, v = (array(fx, n) for n in ("q", "k", "v"))
-    mask = array(fx, "mask")
-    (loss, out), (gq, gk, gv) = _value_and_grad(q, k, v, mask, array(fx, "w"), variant)
-    return {"loss": numpy(loss), "out": numpy(out), "grads/q": numpy(gq), "grads/k": numpy(gk), "grads/v": numpy(gv)}
+    q, k, v = (field(fx, n) for n in ("q", "k", "v"))
+    mask = field(fx, "mask")
+    loss, out, (gq, gk, gv) = loss_and_grads(q, k, v, mask, field(fx, "w"), variant)
+    return {"loss": loss, "out": out, "grads/q": gq, "grads/k": gk, "grads/v": gv}

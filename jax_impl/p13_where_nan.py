@@ -12,14 +12,16 @@ Reference: JAX FAQ, "Gradients contain NaN where using where".
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, scenario_run
 
-__all__ = ["sqrt_where", "run"]
+__all__ = ["sqrt_where", "value_and_grad", "run"]
 
 
 def sqrt_where(x: jax.Array, variant: str) -> jax.Array:
@@ -35,13 +37,16 @@ def sqrt_where(x: jax.Array, variant: str) -> jax.Array:
     return jnp.where(pos, jnp.sqrt(x), jnp.zeros_like(x)).sum()
 
 
-_value_and_grad = jax.jit(jax.value_and_grad(sqrt_where), static_argnames="variant")
+@functools.partial(jax.jit, static_argnames="variant")
+def value_and_grad(x: jax.Array, variant: str) -> tuple[jax.Array, jax.Array]:
+    """(sqrt_where(x) [], its gradient [N]), jitted."""
+    check_variant("p13_where_nan", variant)
+    return jax.value_and_grad(sqrt_where)(x, variant)
 
 
 @scenario_run("p13_where_nan")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: f []; grads/x [N] (NaN at x <= 0 in "naive")."""
-    x = array(fx, "x")
-    f, g = _value_and_grad(x, variant)
-
-    return {"f": numpy(f), "grads/x": numpy(g)}
+    x = field(fx, "x")
+    f, g = value_and_grad(x, variant)
+    return {"f": f, "grads/x": g}

@@ -12,14 +12,16 @@ Reference: Mnih et al. 2015, doi:10.1038/nature14236 (the TD loss); PITFALLS P14
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..shared.core.checks import check_same_shape
-from ._common import array, numpy, scenario_run
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import field, scenario_run
 
-__all__ = ["td_loss", "naive_td_loss", "run"]
+__all__ = ["td_loss", "naive_td_loss", "loss_and_grads", "run"]
 
 
 def td_loss(q: jax.Array, target: jax.Array) -> jax.Array:
@@ -42,18 +44,22 @@ def naive_td_loss(q: jax.Array, target: jax.Array) -> jax.Array:
     return jnp.mean((q - target) ** 2)
 
 
-def _loss(q: jax.Array, target: jax.Array, variant: str) -> jax.Array:
-    if variant == "ported":
-        return td_loss(q.squeeze(-1), target)
-    return naive_td_loss(q, target)
+@functools.partial(jax.jit, static_argnames="variant")
+def loss_and_grads(q: jax.Array, target: jax.Array, variant: str) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+    """(loss [], (d loss / dq [B, 1], d loss / d target [B])) of td_loss ("ported") or naive_td_loss, jitted."""
+    check_variant("p14_td_loss_broadcast", variant)
 
+    def loss_fn(q: jax.Array, target: jax.Array) -> jax.Array:
+        if variant == "ported":
+            return td_loss(q.squeeze(-1), target)
+        return naive_td_loss(q, target)
 
-_value_and_grad = jax.jit(jax.value_and_grad(_loss, argnums=(0, 1)), static_argnames="variant")
+    return jax.value_and_grad(loss_fn, argnums=(0, 1))(q, target)
 
 
 @scenario_run("p14_td_loss_broadcast")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a)); grads/target [B] (zero: a constant)."""
-    q, target = array(fx, "q"), array(fx, "target")
-    loss, (g_q, g_target) = _value_and_grad(q, target, variant)
-    return {"loss": numpy(loss), "grads/q": numpy(g_q), "grads/target": numpy(g_target)}
+    q, target = field(fx, "q"), field(fx, "target")
+    loss, (g_q, g_target) = loss_and_grads(q, target, variant)
+    return {"loss": loss, "grads/q": g_q, "grads/target": g_target}

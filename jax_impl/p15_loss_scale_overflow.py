@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, numpy, scenario_run
 
 __all__ = ["fp16_loss", "make_scaler", "train_step", "run"]
 
@@ -97,8 +97,8 @@ def _count(opt_state, variant: str) -> int:
 @scenario_run("p15_loss_scale_overflow")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs per step s in {1, 2}: step<s>/moved [D], step<s>/scale [], step<s>/count [] int; params/w [D]."""
-    w = array(fx, "w")
-    x, y = array(fx, "x"), array(fx, "y")
+    w = field(fx, "w")
+    x, y = field(fx, "x"), field(fx, "y")
     tx = optax.adam(fx.scalar("lr"), b1=fx.scalar("b1"), b2=fx.scalar("b2"), eps=fx.scalar("eps"))
     if variant == "ported":
         tx = optax.apply_if_finite(tx, NEVER_GIVE_UP)  # GRAD-FLOW: a step with a non-finite gradient is skipped

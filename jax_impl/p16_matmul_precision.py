@@ -13,14 +13,16 @@ Reference: JAX docs, jax.default_matmul_precision; PyTorch docs, TF32 on Ampere.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, numpy, scenario_run
+from ._common import field, scenario_run
 
-__all__ = ["dense", "run"]
+__all__ = ["dense", "forward_and_grads", "run"]
 
 
 def dense(x: jax.Array, kernel: jax.Array, variant: str) -> jax.Array:
@@ -32,20 +34,26 @@ def dense(x: jax.Array, kernel: jax.Array, variant: str) -> jax.Array:
     return x @ kernel
 
 
-def _loss(x: jax.Array, kernel: jax.Array, g: jax.Array, variant: str) -> jax.Array:
-    y = dense(x, kernel, variant)
-    check_same_shape("weighted_sum", g=g.shape, y=y.shape)
-    return jnp.sum(g * y), y
+@functools.partial(jax.jit, static_argnames="variant")
+def forward_and_grads(x: jax.Array, kernel: jax.Array, g: jax.Array, variant: str):
+    """(y [B, O], (d sum(g * y) / dx [B, I], / d kernel [I, O])), jitted."""
+    check_variant("p16_matmul_precision", variant)
 
+    def loss_fn(x: jax.Array, kernel: jax.Array) -> tuple[jax.Array, jax.Array]:
+        y = dense(x, kernel, variant)
+        check_same_shape("weighted_sum", g=g.shape, y=y.shape)
+        return jnp.sum(g * y), y
 
-_grad_fn = jax.value_and_grad(_loss, argnums=(0, 1), has_aux=True)  # GRAD-FLOW: differentiate x and the kernel
-_value_and_grad = jax.jit(_grad_fn, static_argnames="variant")
+    (_, y), grads = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(
+        x, kernel
+    )  # GRAD-FLOW: differentiate x and the kernel
+    return y, grads
 
 
 @scenario_run("p16_matmul_precision")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [B, O]; grads/x [B, I] and grads/kernel [I, O] of sum(g * y)."""
-    x = array(fx, "x")
-    kernel = array(fx, "kernel")
-    (_, y), (gx, gk) = _value_and_grad(x, kernel, array(fx, "g"), variant)
-    return {"y": numpy(y), "grads/x": numpy(gx), "grads/kernel": numpy(gk)}
+    x = field(fx, "x")
+    kernel = field(fx, "kernel")
+    y, (gx, gk) = forward_and_grads(x, kernel, field(fx, "g"), variant)
+    return {"y": y, "grads/x": gx, "grads/kernel": gk}

@@ -33,7 +33,7 @@ def build_layer(fx, net: str) -> nnx.Linear:
     if net not in ("online", "target"):
         raise ValueError(f"build_layer: net expected one of ['online', 'target'], got {net!r}")
     check_x64("build_layer", fx.dtype, jax.config.jax_enable_x64)
-    params = {k.removeprefix(f"{net}/"): v for k, v in fx.items() if k.startswith(f"{net}/")}
+    params = fx.under(net)
     i, o, dtype = fx.dims["I"], fx.dims["O"], jnp.dtype(fx.dtype)
     layer = nnx.eval_shape(
         lambda: nnx.Linear(i, o, param_dtype=dtype, rngs=nnx.Rngs(0))

@@ -21,9 +21,9 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, array, load_params, params_of, scenario_run
+from ._common import MLP, field, load_params, params_of, scenario_run
 
-__all__ = ["init_params", "build_model", "train", "run"]
+__all__ = ["init_params", "build_model", "train_step", "train", "run"]
 
 
 def init_params(fx, variant: str) -> dict[str, np.ndarray]:
@@ -56,7 +56,12 @@ def build_model(fx, variant: str) -> MLP:
 
 
 @nnx.jit
-def _step(model, optimizer, x, y):
+def train_step(model: MLP, optimizer: nnx.Optimizer, x: jax.Array, y: jax.Array) -> jax.Array:
+    """One full-batch SGD step on mean((pred − y)²); returns the loss before it. Jitted.
+
+    Raises ValueError unless pred and y are both [B, O].
+    """
+
     def loss_fn(m):
         pred = m(x)
         check_same_shape("train", pred=pred.shape, y=y.shape)
@@ -75,7 +80,7 @@ def train(model: MLP, x: jax.Array, y: jax.Array, lr: float, steps: int) -> jax.
     Raises ValueError unless pred and y are both [B, O].
     """
     optimizer = nnx.Optimizer(model, optax.sgd(lr), wrt=nnx.Param)
-    return jnp.stack([_step(model, optimizer, x, y) for _ in range(steps)])
+    return jnp.stack([train_step(model, optimizer, x, y) for _ in range(steps)])
 
 
 @scenario_run("p18_default_init")
@@ -83,6 +88,6 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: init/<param> (the starting weights); losses [steps]; params/<param> after `steps`."""
     model = build_model(fx, variant)
     out = {f"init/{k}": v for k, v in params_of(model).items()}
-    out["losses"] = train(model, array(fx, "x"), array(fx, "y"), fx.scalar("lr"), int(fx["steps"]))
+    out["losses"] = train(model, field(fx, "x"), field(fx, "y"), fx.scalar("lr"), int(fx["steps"]))
     out.update({f"params/{k}": v for k, v in params_of(model).items()})
     return out

@@ -22,7 +22,7 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, load_params, numpy, params_of, scenario_run
+from ._common import field, load_params, numpy, params_of, scenario_run
 
 __all__ = ["MLP", "build_model", "make_optimizer", "train", "run"]
 
@@ -40,7 +40,7 @@ class MLP(nnx.Module):
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (the same starting point on both sides)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(
         nnx.eval_shape(lambda: MLP(fx.dims["D"], fx.dims["H"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
     )
@@ -88,5 +88,5 @@ def train(model: MLP, optimizer: optax.GradientTransformation, x: jax.Array, y: 
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: losses [steps] (before each step); params/<param> after `steps`."""
     model = build_model(fx)
-    losses = train(model, make_optimizer(model, fx, variant), array(fx, "x"), array(fx, "y"), int(fx["steps"]))
+    losses = train(model, make_optimizer(model, fx, variant), field(fx, "x"), field(fx, "y"), int(fx["steps"]))
     return {"losses": numpy(losses), **{f"params/{k}": v for k, v in params_of(model).items()}}

@@ -21,34 +21,23 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, flat, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import MLP, field, flat, grads_of, load_params, numpy, params_of, scenario_run
 
-__all__ = ["MLP", "build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "run"]
-
-
-class MLP(nnx.Module):
-    """pred [B] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(d, h, param_dtype=dtype, rngs=rngs)
-        self.l2 = nnx.Linear(h, 1, param_dtype=dtype, rngs=rngs)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        return self.l2(jnp.tanh(self.l1(x))).squeeze(-1)
+__all__ = ["build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "dp_step", "run"]
 
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(
-        nnx.eval_shape(lambda: MLP(fx.dims["D"], fx.dims["H"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
+        nnx.eval_shape(lambda: MLP(fx.dims["D"], fx.dims["H"], 1, jnp.dtype(fx.dtype), nnx.Rngs(0))), params
     )
 
 
 def example_loss(graphdef: nnx.GraphDef, params: nnx.State, x_i: jax.Array, y_i: jax.Array) -> jax.Array:
     """ℓ_i = 0.5·(pred(x_i) − y_i)² of one example x_i [D], y_i [], the model merged from `params`."""
-    pred = nnx.merge(graphdef, params)(x_i[None])
-    return 0.5 * (pred[0] - y_i) ** 2
+    pred = nnx.merge(graphdef, params)(x_i[None])  # [1, 1]
+    return 0.5 * (pred[0, 0] - y_i) ** 2
 
 
 def per_example_grads(model: MLP, x: jax.Array, y: jax.Array) -> nnx.State:
@@ -90,11 +79,14 @@ def dp_gradient(per_example: nnx.State, noise: nnx.State, hyper: dict, variant: 
 
 
 @nnx.jit(static_argnames="variant")
-def _step(model, noise_model, x, y, hyper, variant):
+def dp_step(model: MLP, noise_model: MLP, x: jax.Array, y: jax.Array, hyper: dict, variant: str):
+    """The gradients of one DP-SGD step on x [B, D], y [B]: (loss [], gradient State of the mean loss,
+    per-example gradients, DP gradient, number clipped, per-example norms [B]); noise_model holds z. Jitted."""
     per_example = per_example_grads(model, x, y)
-    dp, num_clipped = dp_gradient(per_example, nnx.state(noise_model, nnx.Param), hyper, variant)
+    noise = nnx.state(noise_model, nnx.Param)
+    dp, num_clipped = dp_gradient(per_example, noise, hyper, variant)
     norms = jax.vmap(optax.tree.norm)(per_example)
-    loss, grads = nnx.value_and_grad(lambda m: 0.5 * jnp.mean((m(x) - y) ** 2))(model)  # the batch gradient
+    loss, grads = nnx.value_and_grad(lambda m: 0.5 * jnp.mean((m(x).squeeze(-1) - y) ** 2))(model)  # the batch gradient
     return loss, grads, per_example, dp, num_clipped, norms
 
 
@@ -103,13 +95,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; norms [B]; num_clipped [] int64; grads/<param> (batch gradient of the mean loss);
     per_example/<param> [B, ...]; dp_grads/<param>; params/<param> after one DP-SGD step."""
     model = build_model(fx)
-    x, y = array(fx, "x"), array(fx, "y")
-    noise_model = load_params(
-        nnx.clone(model), {k.removeprefix("noise/"): v for k, v in fx.items() if k.startswith("noise/")}
-    )
+    x, y = field(fx, "x"), field(fx, "y")
+    noise_model = load_params(nnx.clone(model), fx.under("noise"))
 
-    hyper = {k: array(fx, k) for k in ("l2_norm_clip", "noise_multiplier")}
-    loss, grads, per_example, dp, num_clipped, norms = _step(model, noise_model, x, y, hyper, variant)
+    hyper = {k: field(fx, k) for k in ("l2_norm_clip", "noise_multiplier")}
+    loss, grads, per_example, dp, num_clipped, norms = dp_step(model, noise_model, x, y, hyper, variant)
 
     out = {"loss": numpy(loss), "num_clipped": numpy(num_clipped).astype(np.int64)}
     out["norms"] = numpy(norms)

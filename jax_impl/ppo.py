@@ -1,12 +1,15 @@
 """ppo: PPO's clipped surrogate loss; the rollout's log-probabilities and advantages are constants.
 
 Gradient flow: pg_loss -> actor through the ratio r = exp(logπ − logπ_old) only (logπ_old,
-Â, R, V_old are rollout constants); v_loss -> critic; entropy -> actor. Recomputing logπ_old
+Â, R, V_old are rollout constants; Â is stopped even if a caller computed it from the critic
+and left it attached); v_loss -> critic; entropy -> actor. Recomputing logπ_old
 at update time needs the stop: old_logprob_attached forgets it, r ≡ 1 and ∇r = 0.
 Port note: CleanRL's rollout runs under torch.no_grad(); in JAX stored arrays are constants
 already and a recomputed logπ_old needs jax.lax.stop_gradient. `adv.std()` is unbiased in
 torch: port it as jnp.std(adv, ddof=1), never the default jnp.std (naive_jnp_std).
-torch.max(−Â·r, −Â·clip(r)) is rlax.clipped_surrogate_pg_loss's −fmin(r·Â, clip(r)·Â).
+torch.max(−Â·r, −Â·clip(r)) is rlax.clipped_surrogate_pg_loss's −fmin(r·Â, clip(r)·Â); rlax
+stops Â by default (use_stop_gradient=True), a stop the torch code must write: both sides stop it
+on a tagged line (rlax's flag off), so a side-by-side read shows it.
 Shapes: B samples of a minibatch, D observation features, H hidden units, A actions.
 Reference: Schulman et al. 2017, arXiv:1707.06347; CleanRL ppo.py (Huang et al. 2022, JMLR 23(274)).
 """
@@ -21,9 +24,9 @@ import rlax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, array, grads_of, load_params, numpy, scenario_run
+from ._common import MLP, field, grads_of, load_params, numpy, scenario_run
 
-__all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "run"]
+__all__ = ["Agent", "build_agent", "old_logprobs", "normalize_advantages", "ppo_losses", "losses_and_grads", "run"]
 
 STORED = ("clipped", "value_unclipped", "naive_jnp_std")
 
@@ -43,7 +46,7 @@ class Agent(nnx.Module):
 
 def build_agent(fx) -> Agent:
     """An Agent loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(nnx.eval_shape(lambda: Agent(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -87,7 +90,10 @@ def ppo_losses(agent: Agent, batch: dict, coefs: dict, variant: str) -> dict[str
     check_same_shape("ppo_losses", value=value.shape, returns=batch["returns"].shape)
     ratio = jnp.exp(logp - old_logprobs(agent, batch, variant))  # [B]
     adv = normalize_advantages(batch["advantages"], variant)
-    pg_loss = rlax.clipped_surrogate_pg_loss(ratio, adv, eps)
+    adv = jax.lax.stop_gradient(
+        adv
+    )  # GRAD-FLOW: advantages are rollout constants: the policy loss must not train the critic
+    pg_loss = rlax.clipped_surrogate_pg_loss(ratio, adv, eps, use_stop_gradient=False)  # stopped above, tagged
     unclipped = (value - batch["returns"]) ** 2
     if variant == "value_unclipped":
         v_loss = 0.5 * unclipped.mean()
@@ -105,16 +111,19 @@ def ppo_losses(agent: Agent, batch: dict, coefs: dict, variant: str) -> dict[str
     }
 
 
-def _loss(agent, batch, coefs, variant):
-    out = ppo_losses(agent, batch, coefs, variant)
-    return out["loss"], out
-
-
 @nnx.jit(static_argnames="variant")
-def _grads(agent, batch, coefs, variant):
-    (_, out), grads = nnx.value_and_grad(_loss, has_aux=True)(agent, batch, coefs, variant)
-    pg_grads = nnx.grad(lambda m: ppo_losses(m, batch, coefs, variant)["pg_loss"])(agent)  # the policy term alone
-    return out, grads, pg_grads
+def losses_and_grads(agent: Agent, batch: dict, coefs: dict, variant: str):
+    """(ppo_losses' outputs, gradient State of the loss, actor gradient State of pg_loss alone), jitted."""
+
+    def loss_fn(agent: Agent) -> tuple[jax.Array, dict[str, jax.Array]]:
+        out = ppo_losses(agent, batch, coefs, variant)
+        return out["loss"], out
+
+    pg_grads = nnx.grad(lambda m: loss_fn(m)[1]["pg_loss"])(
+        agent
+    )  # the policy term alone: what the ratio gives the actor
+    (_, out), grads = nnx.value_and_grad(loss_fn, has_aux=True)(agent)
+    return out, grads, pg_grads["actor"]
 
 
 @scenario_run("ppo")
@@ -122,10 +131,10 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, pg_loss, v_loss, entropy []; ratio, advantages [B]; grads/{actor,critic}/<param> of the
     loss; pg_grads/actor/<param> of pg_loss alone."""
     agent = build_agent(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "old_logprobs", "advantages", "returns", "values")}
-    coefs = {k: array(fx, k) for k in ("clip_coef", "vf_coef", "ent_coef")}
-    out, grads, pg_grads = _grads(agent, batch, coefs, variant)
+    batch = {k: field(fx, k) for k in ("obs", "actions", "old_logprobs", "advantages", "returns", "values")}
+    coefs = {k: field(fx, k) for k in ("clip_coef", "vf_coef", "ent_coef")}
+    out, grads, pg_grads = losses_and_grads(agent, batch, coefs, variant)
     result = {k: numpy(v) for k, v in out.items()}
     result.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
-    result.update({f"pg_grads/{k}": g for k, g in grads_of(pg_grads).items() if k.startswith("actor/")})
+    result.update({f"pg_grads/actor/{k}": g for k, g in grads_of(pg_grads).items()})
     return result

@@ -20,9 +20,9 @@ import rlax
 from flax import nnx
 
 from ..shared.core.checks import check_rank, check_same_shape, check_variant
-from ._common import MLP, array, grads_of, load_params, numpy, scenario_run
+from ._common import MLP, field, grads_of, load_params, numpy, scenario_run
 
-__all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
+__all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "losses_and_grads", "run"]
 
 
 class PolicyBaseline(nnx.Module):
@@ -38,7 +38,7 @@ class PolicyBaseline(nnx.Module):
 
 def build_model(fx) -> PolicyBaseline:
     """A PolicyBaseline loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(nnx.eval_shape(lambda: PolicyBaseline(d, h, a, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -84,20 +84,22 @@ def reinforce_losses(
     return policy_loss, baseline_loss, advantages
 
 
-def _losses(model, batch, gamma, variant):
-    returns = discounted_returns(batch["rewards"], gamma)
-    logits, baselines = model(batch["obs"])
-    policy_loss, baseline_loss, advantages = reinforce_losses(
-        logits, baselines, batch["actions"], returns, gamma, variant
-    )
-    return policy_loss + baseline_loss, (policy_loss, baseline_loss, returns, advantages)
-
-
 @nnx.jit(static_argnames="variant")
-def _grads(model, batch, gamma, variant):
-    (loss, aux), grads = nnx.value_and_grad(_losses, has_aux=True)(model, batch, gamma, variant)
-    policy_grads = nnx.grad(lambda m: _losses(m, batch, gamma, variant)[1][0])(model)  # does it reach the baseline?
-    return loss, aux, grads, policy_grads
+def losses_and_grads(model: PolicyBaseline, batch: dict, gamma: jax.Array, variant: str):
+    """(total [], (policy_loss, baseline_loss, returns [T], advantages [T]), gradient State of the total,
+    baseline gradient State of the policy loss alone), jitted."""
+
+    def loss_fn(model: PolicyBaseline):
+        returns = discounted_returns(batch["rewards"], gamma)
+        logits, baselines = model(batch["obs"])
+        policy_loss, baseline_loss, advantages = reinforce_losses(
+            logits, baselines, batch["actions"], returns, gamma, variant
+        )
+        return policy_loss + baseline_loss, (policy_loss, baseline_loss, returns, advantages)
+
+    policy_grads = nnx.grad(lambda m: loss_fn(m)[1][0])(model)  # the policy loss alone: does it reach the baseline?
+    (loss, aux), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    return loss, aux, grads, policy_grads["baseline"]
 
 
 @scenario_run("reinforce_baseline")
@@ -105,12 +107,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, policy_loss, baseline_loss []; returns, advantages [T]; grads/{policy,baseline}/<param>
     of the total; policy_grads/baseline/<param> of the policy loss alone."""
     model = build_model(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "rewards")}
-    loss, (policy_loss, baseline_loss, returns, advantages), grads, policy_grads = _grads(
-        model, batch, array(fx, "gamma"), variant
-    )
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards")}
+    loss, aux, grads, policy_grads = losses_and_grads(model, batch, field(fx, "gamma"), variant)
+    policy_loss, baseline_loss, returns, advantages = aux
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "baseline_loss": numpy(baseline_loss)}
     out.update(returns=numpy(returns), advantages=numpy(advantages))
     out.update({f"grads/{k}": g for k, g in grads_of(grads).items()})
-    out.update({f"policy_grads/{k}": g for k, g in grads_of(policy_grads).items() if k.startswith("baseline/")})
+    out.update({f"policy_grads/baseline/{k}": g for k, g in grads_of(policy_grads).items()})
     return out

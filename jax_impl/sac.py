@@ -21,13 +21,22 @@ import numpy as np
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, grads_of, load_params, numpy, scenario_run
 
-__all__ = ["Actor", "SoftQNetwork", "SAC", "build_agent", "q_targets", "q_loss", "actor_loss", "alpha_loss", "run"]
+__all__ = [
+    "Actor",
+    "SoftQNetwork",
+    "SAC",
+    "build_agent",
+    "q_targets",
+    "q_loss",
+    "actor_loss",
+    "alpha_loss",
+    "losses_and_grads",
+    "run",
+]
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's constants
-Q = nnx.Any(nnx.PathContains("qf1"), nnx.PathContains("qf2"))  # the online critics (not their targets)
-NOT_Q = nnx.All(nnx.Param, nnx.Not(Q))
 
 
 class Actor(nnx.Module):
@@ -81,7 +90,7 @@ class SAC(nnx.Module):
 
 def build_agent(fx) -> SAC:
     """A SAC loaded with the fixture's canonical parameters (log α is an nnx.Param like the layers')."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, a, h = fx.dims["D"], fx.dims["A"], fx.dims["H"]
     return load_params(nnx.eval_shape(lambda: SAC(d, a, h, jnp.dtype(fx.dtype), nnx.Rngs(0))), params)
 
@@ -111,14 +120,18 @@ def q_loss(model: SAC, batch: dict, y: jax.Array) -> jax.Array:
 
 
 def actor_loss(model: SAC, batch: dict, consts: dict, variant: str) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(mean(α·log π(ã|s) − min_i Q_i(s, ã)), log π [B], ã [B, A]), α stopped; Q is frozen by the caller's DiffState."""
+    """(mean(α·log π(ã|s) − min_i Q_i(s, ã)), log π [B], ã [B, A]) with qf1, qf2 frozen (unless q_not_frozen), α stopped."""
     check_variant("sac", variant)
     alpha = jax.lax.stop_gradient(jnp.exp(model.log_alpha[...]))  # GRAD-FLOW: α is a constant of the actor loss
-
+    qf1, qf2 = model.qf1, model.qf2
+    if variant != "q_not_frozen":  # Q's parameters as constants, its input ã still differentiated
+        qf1, qf2 = (
+            nnx.merge(g, jax.lax.stop_gradient(s)) for g, s in (nnx.split(qf1), nnx.split(qf2))
+        )  # GRAD-FLOW: the actor loss goes through Q without training Q
     action, log_pi = model.actor.get_action(
         batch["obs"], batch["noise"], consts["action_scale"], consts["action_bias"], variant
     )
-    min_q = jnp.minimum(model.qf1(batch["obs"], action), model.qf2(batch["obs"], action))
+    min_q = jnp.minimum(qf1(batch["obs"], action), qf2(batch["obs"], action))
 
     return (alpha * log_pi - min_q).mean(), log_pi, action
 
@@ -129,34 +142,21 @@ def alpha_loss(model: SAC, log_pi: jax.Array, target_entropy: float) -> jax.Arra
     return (-jnp.exp(model.log_alpha[...]) * (log_pi + target_entropy)).mean()
 
 
-def _q_loss(model, batch, consts, variant):
-    return q_loss(model, batch, q_targets(model, batch, consts, variant))
-
-
-def _actor_loss(model, batch, consts, variant):
-    loss, log_pi, action = actor_loss(model, batch, consts, variant)
-    return loss, (log_pi, action)
-
-
-def _alpha_loss(model, batch, consts, variant, target_entropy):
-    return alpha_loss(model, actor_loss(model, batch, consts, variant)[1], target_entropy)
-
-
 @nnx.jit(static_argnames=("variant", "target_entropy"))
-def _losses_and_grads(model, batch, consts, variant, target_entropy):
-    q, q_grads = nnx.value_and_grad(_q_loss)(model, batch, consts, variant)
-    diff = (
-        nnx.Param if variant == "q_not_frozen" else NOT_Q
-    )  # GRAD-FLOW: the actor loss goes through Q without training Q
-    grad_fn = nnx.value_and_grad(_actor_loss, argnums=nnx.DiffState(0, diff), has_aux=True)
-    (pi, (log_pi, action)), pi_grads = grad_fn(model, batch, consts, variant)
-    al, al_grads = nnx.value_and_grad(_alpha_loss)(model, batch, consts, variant, target_entropy)
-    extras = {"log_pi": log_pi, "actions_pi": action, "q_target": q_targets(model, batch, consts, variant)}
-    return (
-        {"q_loss": q, "actor_loss": pi, "alpha_loss": al},
-        {"q_loss": q_grads, "actor_loss": pi_grads, "alpha_loss": al_grads},
-        extras,
-    )
+def losses_and_grads(model: SAC, batch: dict, consts: dict, variant: str, target_entropy: float):
+    """({q_loss, actor_loss, alpha_loss} [], the gradient State of each loss alone (as CleanRL's three
+    optimizers see them), {log_pi [B], actions_pi [B, A], q_target [B]}), jitted."""
+
+    def losses(model: SAC):
+        y = q_targets(model, batch, consts, variant)
+        out = {"q_loss": q_loss(model, batch, y)}
+        out["actor_loss"], log_pi, actions_pi = actor_loss(model, batch, consts, variant)
+        out["alpha_loss"] = alpha_loss(model, log_pi, target_entropy)
+        return out, {"log_pi": log_pi, "actions_pi": actions_pi, "q_target": y}
+
+    out, extras = losses(model)
+    grads = {name: nnx.grad(lambda m, name=name: losses(m)[0][name])(model) for name in out}  # one per loss
+    return out, grads, extras
 
 
 @scenario_run("sac")
@@ -164,12 +164,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: q_loss, actor_loss, alpha_loss []; log_pi, q_target [B]; actions_pi [B, A];
     grads/<loss>/{actor,qf1,qf2,qf1_target,qf2_target}/<param> and grads/<loss>/log_alpha of each loss."""
     model = build_agent(fx)
-    batch = {k: array(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones", "noise", "next_noise")}
-    consts = {k: array(fx, k) for k in ("action_scale", "action_bias", "gamma")}
-    losses, grads, extras = _losses_and_grads(model, batch, consts, variant, -float(fx.dims["A"]))
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones", "noise", "next_noise")}
+    consts = {k: field(fx, k) for k in ("action_scale", "action_bias", "gamma")}
+    losses, grads, extras = losses_and_grads(model, batch, consts, variant, -float(fx.dims["A"]))
     out = {k: numpy(v) for k, v in losses.items()}
-    params = params_of(model)
-    for name, g in grads.items():  # a leaf left out of a DiffState is an explicit zero (P11)
-        out.update({f"grads/{name}/{k}": v for k, v in grads_of(g, params).items()})
+    for name, g in grads.items():
+        out.update({f"grads/{name}/{k}": v for k, v in grads_of(g).items()})
     out.update({k: numpy(v) for k, v in extras.items()})
     return out

@@ -1,20 +1,19 @@
 """siamese_stop: BYOL's EMA target and SimSiam's stopped branch, the symmetric loss, one step.
 
-Gradient flow: loss -> predictor -> online network, never the target branch: BYOL's gradient
-is taken with respect to the online network and predictor only (an nnx.DiffState filter),
-SimSiam stops the online network's own projections; simsiam_no_stop lets the gradient through
-both branches. BYOL's target then moves by optax.incremental_update, written with nnx.update.
+Gradient flow: loss -> predictor -> online network, never the target branch: BYOL's target
+projections are stopped, SimSiam stops the online network's own projections; simsiam_no_stop
+lets the gradient through both branches. BYOL's target then moves by optax.incremental_update,
+written with nnx.update; the optimizer holds online and predictor only.
 Port note: jax.grad differentiates what it is asked to, so BYOL needs no stop_gradient once the
-target is outside the DiffState filter (its JAX reference keeps one "to indicate" it, calling
-it "not necessary"); torch needs torch.no_grad() there. SimSiam's target is the online network
-itself: its stop_gradient is needed in both frameworks.
+target is outside an nnx.DiffState filter (its JAX reference keeps one "to indicate" it, calling
+it "not necessary"; tests/test_siamese_stop.py checks both); torch needs torch.no_grad() there.
+This port stops it inside `targets`, as torch does, so that targets() means the same to any
+caller. SimSiam's target is the online network itself: its stop_gradient is needed in both frameworks.
 Shapes: B samples, D inputs, H hidden units, P projection dimensions.
 Reference: Grill et al. 2020, arXiv:2006.07733; Chen & He 2021, arXiv:2011.10566 (simsiam/builder.py).
 """
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -23,9 +22,9 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, grads_of, load_params, numpy, params_of, scenario_run
+from ._common import field, grads_of, load_params, numpy, params_of, scenario_run, transformation
 
-__all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "run"]
+__all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "train_step", "run"]
 
 LEARNED = nnx.All(nnx.Param, nnx.Not(nnx.PathContains("target")))  # online and predictor
 
@@ -53,7 +52,7 @@ class Siamese(nnx.Module):
 def build_model(fx) -> Siamese:
     """A Siamese model loaded with the fixture's canonical parameters."""
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(
         nnx.eval_shape(lambda: Siamese(dims["D"], dims["H"], dims["P"], jnp.dtype(fx.dtype), nnx.Rngs(0))), params
@@ -64,7 +63,8 @@ def targets(model: Siamese, z1: jax.Array, z2: jax.Array, views, variant: str) -
     """(t1, t2) [B, P]: the target network's projections of the views (byol), or z1, z2 stopped (simsiam) or not."""
     check_variant("siamese_stop", variant)
     if variant == "byol":
-        return model.target(views[0]), model.target(views[1])  # outside the DiffState filter: not differentiated
+        # GRAD-FLOW: the target branch is a constant for the online network (BYOL)
+        return jax.lax.stop_gradient(model.target(views[0])), jax.lax.stop_gradient(model.target(views[1]))
     if variant == "simsiam":
         # GRAD-FLOW: SimSiam's target is the online projection, stopped
         return jax.lax.stop_gradient(z1), jax.lax.stop_gradient(z2)
@@ -92,22 +92,22 @@ def ema_update(online: nnx.Module, target: nnx.Module, tau: float) -> nnx.Module
     return target
 
 
-def _terms(model: Siamese, x1, x2, variant: str):
-    z1, z2 = model.online(x1), model.online(x2)
-    t1, t2 = targets(model, z1, z2, (x1, x2), variant)
-    return symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, variant)
+@nnx.jit(static_argnames="variant")
+def train_step(model: Siamese, optimizer: nnx.Optimizer, views: tuple, tau: jax.Array, variant: str):
+    """One SGD step of online and predictor, then BYOL's EMA target update; returns (loss before the
+    step, gradient State, {term: the views' gradients (x1, x2) [B, D]} in the simsiam variants)."""
 
+    def terms(model: Siamese, views: tuple) -> tuple[jax.Array, jax.Array]:
+        z1, z2 = model.online(views[0]), model.online(views[1])
+        t1, t2 = targets(model, z1, z2, views, variant)
+        return symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, variant)
 
-@functools.partial(nnx.jit, static_argnames="variant")
-def _step(model: Siamese, optimizer: nnx.Optimizer, x1, x2, tau, variant: str):
     view_grads = {}
     if variant != "byol":
         for i, name in enumerate(("term12", "term21")):
-            view_grads[name] = jax.grad(lambda a, b, i=i: _terms(model, a, b, variant)[i], argnums=(0, 1))(x1, x2)
-    loss_fn = lambda m: sum(_terms(m, x1, x2, variant))
-    # GRAD-FLOW: the target branch is a constant for the online network (BYOL)
-    loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, LEARNED))(model)
-    optimizer.update(model, grads)
+            view_grads[name] = jax.grad(lambda v, i=i: terms(model, v)[i])(views)
+    loss, grads = nnx.value_and_grad(lambda m: sum(terms(m, views)))(model)
+    optimizer.update(model, grads.filter(LEARNED))
     if variant == "byol":
         ema_update(model.online, model.target, tau)
     return loss, grads, view_grads
@@ -120,8 +120,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx)
     before = params_of(model)
     # GRAD-FLOW: the optimizer holds online and predictor only
-    optimizer = nnx.Optimizer(model, _sgd(fx.scalar("lr")), wrt=LEARNED)
-    loss, grads, view_grads = _step(model, optimizer, array(fx, "x1"), array(fx, "x2"), array(fx, "tau"), variant)
+    optimizer = nnx.Optimizer(model, transformation(optax.sgd, fx.scalar("lr")), wrt=LEARNED)
+    views = (field(fx, "x1"), field(fx, "x2"))
+    loss, grads, view_grads = train_step(model, optimizer, views, field(fx, "tau"), variant)
     out = {}
     for name, (g1, g2) in view_grads.items():
         out.update({f"view_grads/{name}/x1": g1, f"view_grads/{name}/x2": g2})
@@ -130,9 +131,3 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     out.update({f"params/{k}": v for k, v in params_of(model).items() if k.split("/")[0] in nets})
     out["loss"] = numpy(loss)
     return out
-
-
-@functools.cache
-def _sgd(lr: float) -> optax.GradientTransformation:
-    # one transformation per learning rate: it is static data of the optimizer's graph (a new one would recompile)
-    return optax.sgd(lr)

@@ -23,9 +23,19 @@ import optax
 from flax import nnx
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant, check_x64
-from ._common import array, grads_of, load_params, params_of, scenario_run
+from ._common import field, grads_of, load_params, params_of, scenario_run, transformation
 
-__all__ = ["VQVAE", "build_model", "straight_through", "quantize", "vq_losses", "ema_update", "second_order", "run"]
+__all__ = [
+    "VQVAE",
+    "build_model",
+    "straight_through",
+    "quantize",
+    "vq_losses",
+    "ema_update",
+    "second_order",
+    "train_step",
+    "run",
+]
 
 
 class _EmaStat(nnx.Variable):
@@ -48,9 +58,9 @@ def build_model(fx) -> VQVAE:
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)  # a float64 fixture outside x64: float32 arrays
     dims = fx.dims
     model = nnx.eval_shape(lambda: VQVAE(dims["D"], dims["K"], dims["C"], jnp.dtype(fx.dtype), nnx.Rngs(0)))
-    load_params(model, {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")})
-    model.ema_count.set_value(array(fx, "ema_count"))
-    model.ema_sum.set_value(array(fx, "ema_sum"))
+    load_params(model, fx.under("params"))
+    model.ema_count.set_value(field(fx, "ema_count"))
+    model.ema_sum.set_value(field(fx, "ema_sum"))
     return model
 
 
@@ -114,7 +124,9 @@ def second_order(u: jax.Array, t: jax.Array, rounding: str) -> tuple[jax.Array, 
 
 
 @nnx.jit(static_argnames="variant")
-def _train_step(model: VQVAE, optimizer: nnx.Optimizer, x, beta, decay, eps, variant: str):
+def train_step(model: VQVAE, optimizer: nnx.Optimizer, x, beta, decay, eps, variant: str):
+    """One SGD step on recon + codebook + β·commit (then the EMA codebook update in ema_codebook); returns
+    ({term: loss}, codes [B], quantized [B, K], {term: its gradient State}), all before the step. Jitted."""
     losses, _, codes = vq_losses(model, x, variant)
     terms = {n: nnx.grad(lambda m, n=n: vq_losses(m, x, variant)[0][n])(model) for n in losses}
 
@@ -135,9 +147,9 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss/<term> [], codes [B], quantized [B, K], grads/<term>/<param>, params/<param> after one
     SGD step (ema_codebook: codebook from the EMA, ema/count [C], ema/sum [C, K]), st/{round,sign}/{value,grad,second}."""
     model = build_model(fx)
-    optimizer = nnx.Optimizer(model, _sgd(fx.scalar("lr")), wrt=nnx.Param)
-    hyper = (array(fx, "beta"), array(fx, "decay"), array(fx, "ema_eps"))
-    losses, codes, quantized, terms = _train_step(model, optimizer, array(fx, "x"), *hyper, variant)
+    optimizer = nnx.Optimizer(model, transformation(optax.sgd, fx.scalar("lr")), wrt=nnx.Param)
+    hyper = (field(fx, "beta"), field(fx, "decay"), field(fx, "ema_eps"))
+    losses, codes, quantized, terms = train_step(model, optimizer, field(fx, "x"), *hyper, variant)
     out = {f"loss/{name}": value for name, value in losses.items()}
     out.update(codes=codes.astype(jnp.int32), quantized=quantized)
     for name, grads in terms.items():
@@ -146,13 +158,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         out.update({"ema/count": model.ema_count[...], "ema/sum": model.ema_sum[...]})
     out.update({f"params/{k}": v for k, v in params_of(model).items()})
     for rounding in ("round", "sign"):
-        y, grad, second = second_order(array(fx, "u"), array(fx, "t"), rounding)
+        y, grad, second = second_order(field(fx, "u"), field(fx, "t"), rounding)
         out.update({f"st/{rounding}/value": y, f"st/{rounding}/grad": grad})
         out[f"st/{rounding}/second"] = second
     return out
-
-
-@functools.cache
-def _sgd(lr: float) -> optax.GradientTransformation:
-    # one transformation per learning rate: it is static data of the optimizer's graph (a new one would recompile)
-    return optax.sgd(lr)

@@ -16,6 +16,7 @@ Reference: Williams & Peng 1990, doi:10.1162/neco.1990.2.4.490; Cho et al. 2014,
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -24,24 +25,38 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..shared.core.checks import check_same_shape, check_truncation, check_x64, truncation_length
-from ._common import array, flat, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, flat, nested, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
+__all__ = [
+    "Recurrent",
+    "build_model",
+    "step_loss",
+    "unroll",
+    "unroll_windows",
+    "train_windows",
+    "gradients",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 CELLS = ("elman", "gru")  # the cells this module implements (the record lists the same)
 
 
+@dataclasses.dataclass(frozen=True)
 class Recurrent:
     """h_t = cell(x_t [B, I], h_{t-1} [B, H]); y_t [B, O] = readout(h_t). cell: "elman" (tanh) or "gru".
 
     Stateless: `__call__(params, x, h)` is one step; params is the canonical pytree
     {"cell": {"ih": {"kernel", "bias"}, "hh": {...}}, "readout": {"kernel", "bias"}}.
+    Frozen, compared by its cell: a static argument of jax.jit (one compile per cell).
     """
 
-    def __init__(self, cell: str) -> None:
-        if cell not in CELLS:
-            raise ValueError(f"Recurrent: cell expected one of {CELLS}, got {cell!r}")
-        self.cell = cell
+    cell: str
+
+    def __post_init__(self) -> None:
+        if self.cell not in CELLS:
+            raise ValueError(f"Recurrent: cell expected one of {CELLS}, got {self.cell!r}")
 
     def __call__(self, params: dict, x: jax.Array, h: jax.Array) -> tuple[jax.Array, jax.Array]:
         c = params["cell"]
@@ -64,16 +79,7 @@ def build_model(fx, cell: str) -> tuple[Recurrent, dict]:
     Raises ValueError for a float64 fixture outside jax.enable_x64 (JAX would build float32 arrays).
     """
     check_x64("build_model", fx.dtype, jax.config.jax_enable_x64)
-    prefix = f"params/{cell}/"
-    params: dict = {}
-    for key in fx:
-        if key.startswith(prefix):
-            *path, leaf = key.removeprefix(prefix).split("/")
-            node = params
-            for part in path:
-                node = node.setdefault(part, {})
-            node[leaf] = array(fx, key)
-    return Recurrent(cell), params
+    return Recurrent(cell), nested(fx.under(f"params/{cell}"))
 
 
 def step_loss(y: jax.Array, target: jax.Array) -> jax.Array:
@@ -153,37 +159,32 @@ def train_windows(
     return total, grads
 
 
-def _losses(params, x, h0, targets, cell, k):
-    ys = unroll(Recurrent(cell), params, x, h0, k)
-    return jax.vmap(step_loss)(ys, targets)  # [T]
+@functools.partial(jax.jit, static_argnames="model")
+def gradients(model: Recurrent, params: dict, x: jax.Array, h: jax.Array, targets: jax.Array, k: int):
+    """One forward, then the gradients run reports: (summed loss [], gradient pytree like params,
+    d loss / dx [T, B, I], d loss_{T-1} / dx [T, B, I] of the last step's loss alone).
+
+    x [T, B, I], h [B, H], targets [T, B, O]; the carry stopped every k steps (unroll).
+    """
+    losses, vjp = jax.vjp(lambda p, x: jax.vmap(step_loss)(unroll(model, p, x, h, k), targets), params, x)  # [T]
+    _, grad_last = vjp(jnp.zeros_like(losses).at[-1].set(1.0))  # the last step's loss alone
+    # the summed loss: torch's backward per window adds up to this one backward (the carry is stopped between)
+    g_params, g_x = vjp(jnp.ones_like(losses))
+    return losses.sum(), g_params, g_x, grad_last
 
 
-@functools.partial(jax.jit, static_argnames=("cell",))
-def _grads(params, x, h0, targets, cell, k):
-    """One forward, two backward passes (summed loss, last step's loss) batched with vmap."""
-    losses, vjp = jax.vjp(lambda p, xs: _losses(p, xs, h0, targets, cell, k), params, x)
-    cotangents = jnp.stack([jnp.ones_like(losses), jnp.zeros_like(losses).at[-1].set(1.0)])  # [2, T]
-    g_params, g_x = jax.vmap(vjp)(cotangents)
-    return losses.sum(), jax.tree.map(lambda g: g[0], g_params), g_x[0], g_x[1]
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: run's gradients of each cell on the fixture (no update; the summed loss first)."""
+    k = truncation_length(variant, fx.dims["T"])
+    models = [build_model(fx, cell) for cell in CELLS]
+    x, targets, h0 = field(fx, "x"), field(fx, "targets"), field(fx, "h0")
+    return [StepCall(gradients, (), (model, params, x, h0, targets, k)) for model, params in models]
 
 
 @scenario_step("tbptt")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """Both cells, as run: per-window backward and d(last loss)/dx; returns the loss summed over steps and cells."""
-    t_steps = fx.dims["T"]
-    k = truncation_length(variant, t_steps)
-    cells = [(cell, build_model(fx, cell)[1]) for cell in CELLS]
-    x, targets, h0 = array(fx, "x"), array(fx, "targets"), array(fx, "h0")
-
-    def step() -> jax.Array:
-        # run's jitted _grads per cell: one forward, both backward passes, the loss summed over steps
-        outs = [_grads(params, x, h0, targets, cell, k) for cell, params in cells]
-        total = jnp.zeros((), dtype=targets.dtype)
-        for out in outs:
-            total = total + out[0]
-        return jax.block_until_ready((total, outs))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("tbptt")
@@ -193,12 +194,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     t_steps = fx.dims["T"]
     k = truncation_length(variant, t_steps)
     for cell in CELLS:
-        _, params = build_model(fx, cell)
-        x, targets = array(fx, "x"), array(fx, "targets")
-        loss, g_params, g_x, grad_last = _grads(params, x, array(fx, "h0"), targets, cell, k)
-
+        model, params = build_model(fx, cell)
+        x, targets = field(fx, "x"), field(fx, "targets")
+        loss, grads, g_x, grad_last = gradients(model, params, x, field(fx, "h0"), targets, k)
         out[f"{cell}/loss"] = numpy(loss)
-        out.update({f"{cell}/grads/{key}": g for key, g in flat(g_params).items()})
+        out.update({f"{cell}/grads/{key}": g for key, g in flat(grads).items()})
         out[f"{cell}/grads/x"] = numpy(g_x)
         grad_last = numpy(grad_last)
         out.update({f"{cell}/grads_last/x/t{t:02d}": grad_last[t] for t in range(t_steps)})

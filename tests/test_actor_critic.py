@@ -14,7 +14,7 @@ from detach_parity.shared.core import fixtures
 from detach_parity.shared.core.oracle import fd_grad
 from detach_parity.shared.scenarios.actor_critic import PARAMS, gumbel_scores, losses, mlp
 from detach_parity.torch_impl import actor_critic as ta
-from detach_parity.torch_impl._common import tensor
+from detach_parity.torch_impl._common import field
 from detach_parity.torch_impl._layout import grads_of
 from flax import nnx
 
@@ -26,10 +26,8 @@ def _value_loss_grads(fx) -> dict[str, dict[str, np.ndarray]]:
     """vf_coef · ∇critic value_loss alone: torch autograd, JAX grad, float64 finite differences."""
     vf = fx.scalar("vf_coef")
     model = ta.build_model(fx)
-    logits, values = model(tensor(fx, "obs"))
-    (
-        vf * ta.a2c_losses(logits, values, tensor(fx, "actions"), tensor(fx, "returns"), "advantage_stopped")[1]
-    ).backward()
+    logits, values = model(field(fx, "obs"))
+    (vf * ta.a2c_losses(logits, values, field(fx, "actions"), field(fx, "returns"), "advantage_stopped")[1]).backward()
     out = {"torch": {k: v for k, v in grads_of(model).items() if k.startswith("critic/")}}
     with jax.enable_x64(True):
         jmodel = ja.build_model(fx)
@@ -95,8 +93,8 @@ def test_gumbel_max_actions_are_identical_integers() -> None:
 def test_acting_outputs_are_constants() -> None:
     """The sampled actions' log-probabilities (what a rollout stores) carry no graph and no gradient."""
     fx = fixtures.make("actor_critic", "float32")
-    logits, _ = ta.build_model(fx)(tensor(fx, "obs"))
-    _, logp = ta.select_actions(logits, tensor(fx, "noise"))
+    logits, _ = ta.build_model(fx)(field(fx, "obs"))
+    _, logp = ta.select_actions(logits, field(fx, "noise"))
     assert logits.requires_grad and not logp.requires_grad and logp.grad_fn is None
     jmodel = ja.build_model(fx)
     obs, noise = jnp.asarray(fx["obs"]), jnp.asarray(fx["noise"])
@@ -108,8 +106,8 @@ def test_detaching_the_logits_of_the_policy_loss_starves_the_actor_c17() -> None
     """Detach for acting, never for the loss: a policy loss on stopped logits gives the actor no gradient."""
     fx = fixtures.make("actor_critic", "float32")
     model = ta.build_model(fx)
-    logits, values = model(tensor(fx, "obs"))
-    args = (tensor(fx, "actions"), tensor(fx, "returns"), "advantage_stopped")
+    logits, values = model(field(fx, "obs"))
+    args = (field(fx, "actions"), field(fx, "returns"), "advantage_stopped")
     assert not ta.a2c_losses(logits.detach(), values, *args)[0].requires_grad  # no graph left: backward() raises
     jmodel = ja.build_model(fx)
     obs, actions, returns = (jnp.asarray(fx[k]) for k in ("obs", "actions", "returns"))

@@ -56,20 +56,66 @@ def test_lessons_satisfy_the_lesson_protocol_and_the_loader_refuses_the_rest() -
         backend("tf")
 
 
+def _private(attr: str) -> bool:
+    return attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__"))
+
+
+def _reaches(source: str, lessons: set[str]) -> list[str]:
+    """`lesson._name` accesses in a backend module's source: through an imported lesson (`from .. import
+    dqn_target`, `from ..dqn_target import _step`), a lesson looked up (`lesson("jax", name)._grads`, or a
+    name bound to one: `m = lesson(...)`; `m._step`), or a parameter of a lambda (`lambda m, fx: m._step`,
+    the shape of a table of lessons' helpers). Dunders (`__name__`) are not private names."""
+
+    def looked_up(node: ast.AST) -> bool:  # lesson(...) or runner.lesson(...)
+        return isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == "lesson"
+
+    tree = ast.parse(source)
+    found, held = [], set()  # names that hold a lesson module
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module in lessons:
+            found += [f"{node.module}.{a.name}" for a in node.names if _private(a.name)]
+        if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module is None:
+            held |= {a.asname or a.name for a in node.names if a.name in lessons}
+        if isinstance(node, ast.Assign | ast.NamedExpr | ast.AnnAssign) and looked_up(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            held |= {t.id for t in targets if isinstance(t, ast.Name)}
+        if isinstance(node, ast.Lambda):
+            params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+            for sub in ast.walk(node.body):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id in params:
+                    if _private(sub.attr):
+                        found.append(f"line {sub.lineno}: (lambda {sub.value.id}).{sub.attr}")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not _private(node.attr):
+            continue
+        value = node.value
+        if isinstance(value, ast.Name) and value.id in held:
+            found.append(f"line {node.lineno}: {value.id}.{node.attr}")
+        if looked_up(value):
+            found.append(f"line {node.lineno}: lesson(...).{node.attr}")
+    return found
+
+
+def test_the_private_name_check_sees_every_way_to_reach_a_lesson() -> None:
+    """The check itself, on the shapes a backend could use (the bench once had all of them)."""
+    lessons = {"dqn_target", "frozen_backbone"}
+    snippets = {
+        "from ..dqn_target import _loss, train_step": ["dqn_target._loss"],
+        "from .. import dqn_target as d\nd._grads(1)\nd.run": ["line 2: d._grads"],
+        "m = lesson('jax', name)\nm._step\nm.make_step\nm.__name__": ["line 2: m._step"],
+        "x = lesson('jax', 'dqn_target')._grads": ["line 1: lesson(...)._grads"],
+        "T = {'a': lambda m, fx, v: [(m._step, m.build_model(fx))]}": ["line 1: (lambda m)._step"],
+        "y = runner.lesson('torch', n)._pick": ["line 1: lesson(...)._pick"],
+        "from ..shared.core.runner import lesson\nstep = lesson('jax', n).step_calls": [],
+    }
+    for source, expected in snippets.items():
+        assert _reaches(source, lessons) == expected, source
+
+
 def test_no_backend_module_reaches_a_lessons_private_name() -> None:
-    """`from ..dqn_target import _step` or `dqn_target._grads`: a lesson's private helper is not a surface."""
-    lessons = set(SCENARIOS)
+    """`from ..dqn_target import _step`, `dqn_target._grads`, `lesson(...)._grads` or a lambda over lessons:
+    a lesson's private helper is not a surface."""
     found = []
     for path in sorted(ROOT.glob("*_impl/backend/**/*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        aliases = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module in lessons:
-                found += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
-            if isinstance(node, ast.ImportFrom) and node.level >= 2 and node.module is None:
-                aliases |= {a.asname or a.name for a in node.names if a.name in lessons}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
-                if node.attr.startswith("_"):
-                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
+        found += [f"{path.relative_to(ROOT)}: {r}" for r in _reaches(path.read_text(encoding="utf-8"), set(SCENARIOS))]
     assert not found, found

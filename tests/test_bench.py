@@ -704,9 +704,25 @@ def test_a_tuned_step_that_fails_or_disagrees_is_a_reason_never_a_crash(monkeypa
         bench_steps.step_row(fx, "z_stopped", repeats=2, target_s=0.0, deadline=float("inf"))
 
 
-@pytest.mark.parametrize("name", ["dqn_target", "attention_detach", "gan", "no_grad_inference"])
+# the lessons whose step_calls take NNX modules: the JAX bench tunes every one of them
+NNX_STEPS = [
+    "frozen_backbone",
+    "multitask",
+    "dqn_target",
+    "actor_critic",
+    "attention_detach",
+    "gan",
+    "no_grad_inference",
+    "feature_stats",
+    "lora",
+    "checkpointing",
+]
+
+
+@pytest.mark.parametrize("name", NNX_STEPS)
 def test_jax_tuned_steps_take_the_same_steps_as_make_step(name: str) -> None:
     """cached_partial and jit over nnx.split: the same losses, call after call (so the state advances the same way)."""
+    from conftest import assert_same_to_rounding
     from detach_parity.jax_impl.backend import bench as jax_bench
     from detach_parity.shared.core.registry import get
     from detach_parity.shared.core.runner import lesson
@@ -715,17 +731,46 @@ def test_jax_tuned_steps_take_the_same_steps_as_make_step(name: str) -> None:
     fx = fixtures.make(name, "float32", case=spec.cases[0])
     plain = lesson("jax", name).make_step(fx, spec.variants[0])
     tuned = jax_bench.tuned_steps(fx, spec.variants[0])
-    expect = [float(plain()) for _ in range(2)]
-    for col in ("jax_cached", "jax_split"):
+    expect = np.array([plain() for _ in range(3)])
+    for col in ("jax_cached", "jax_split"):  # one after the other: each has its own state, fresh from the fixture
         step, facts = tuned[col]
-        assert [float(step()) for _ in range(2)] == expect, col
+        got = np.array([step() for _ in range(3)])
+        # the split form is another program (one jax.jit over the merged state): equal to rounding
+        assert_same_to_rounding(got, expect, f"{name} {col}: the losses of three calls of make_step's step")
         assert facts()["state_leaves"] > 0
-    assert (
-        "already a jax.jit"
-        in jax_bench.tuned_steps(fixtures.make("maml", "float32", case="n1"), "first_order")["jax_split"]
-    )
+    if spec.step_updates:  # the state advances: the tuned steps train as make_step does, call after call
+        assert expect[0] != expect[1]
+
+
+def test_jax_tuned_steps_say_why_a_step_has_none() -> None:
+    """Every lesson with a step either lists its calls or states why not; a pure jax.jit has nothing to cache."""
+    from detach_parity.jax_impl.backend import bench as jax_bench
+    from detach_parity.shared.core.registry import SCENARIOS
+    from detach_parity.shared.core.runner import lesson
+
+    maml = jax_bench.tuned_steps(fixtures.make("maml", "float32", case="n1"), "first_order")
+    assert maml == {
+        "jax_cached": "maml's step is already a jax.jit of arrays (no NNX module in its step_calls): nothing to cache",
+        "jax_split": "maml's step is already a jax.jit of arrays (no NNX module in its step_calls): nothing to split",
+    }
+    clip = jax_bench.tuned_steps(fixtures.make("grad_clipping", "float32"), "torch_formula")
+    reason = lesson("jax", "grad_clipping").NO_STEP_CALLS
+    assert clip == {"jax_cached": f"grad_clipping has no step_calls: {reason}", "jax_split": clip["jax_cached"]}
+    stepped = [n for n, s in SCENARIOS.items() if s.has_step]
+    tuned = [
+        n
+        for n in stepped
+        if not isinstance(
+            jax_bench.tuned_steps(fixtures.make(n, "float32"), SCENARIOS[n].variants[0])["jax_split"], str
+        )
+    ]
+    assert sorted(tuned) == sorted(NNX_STEPS), "a lesson whose step_calls take NNX modules is tuned, and only those"
     with pytest.raises(ValueError, match="tuned_steps: fx expected a float32 Fixture of 'basics', got a float64"):
         jax_bench.tuned_steps(fixtures.make("basics", "float64"), "z_stopped")
+    with pytest.raises(ValueError, match=r"basics: variant expected one of \['z_stopped', 'none'\], got 'nope'"):
+        jax_bench.tuned_steps(fixtures.make("basics", "float32"), "nope")
+    with pytest.raises(ValueError, match="tuned_steps: fx expected a fixture of a scenario with a step, got 'ppo'"):
+        jax_bench.tuned_steps(fixtures.make("ppo", "float32"), SCENARIOS["ppo"].variants[0])
 
 
 def test_a_gpu_payload_is_shown_apart_with_absolute_times(quick: dict, tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from detach_parity.shared.core import fixtures
 from detach_parity.shared.core.oracle import fd_grad
 from detach_parity.shared.scenarios.dqn_target import DONE_ROW, LAYERS, PARAMS, TIE_ACTIONS, TIE_ROW, q_values
 from detach_parity.torch_impl import dqn_target as td
-from detach_parity.torch_impl._common import tensor
+from detach_parity.torch_impl._common import field
 from detach_parity.torch_impl._layout import grads_of
 from flax import nnx
 
@@ -36,7 +36,7 @@ def test_fixture_tie_is_exact_and_the_max_in_both_frameworks(dtype: str, seed: i
     i, j = TIE_ACTIONS
     online, target = td.build_networks(fx)
     with torch.no_grad():
-        qs = {"torch online": online(tensor(fx, "next_obs")), "torch target": target(tensor(fx, "next_obs"))}
+        qs = {"torch online": online(field(fx, "next_obs")), "torch target": target(field(fx, "next_obs"))}
     with jax.enable_x64(dtype == "float64"):
         jon, jtg = jd.build_networks(fx)
         qs.update({"jax online": jon(jnp.asarray(fx["next_obs"])), "jax target": jtg(jnp.asarray(fx["next_obs"]))})
@@ -82,7 +82,7 @@ def _jax_grads(fx, max_fn, stopped: bool) -> dict[str, np.ndarray]:
 def _torch_grads(fx, max_fn) -> dict[str, np.ndarray]:
     """The residual (unstopped) twin of _jax_grads in torch."""
     online, _ = td.build_networks(fx)
-    b = {k: tensor(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    b = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
     q_sa = online(b["obs"]).gather(1, b["actions"][:, None]).squeeze(1)
     y = b["rewards"] + fx.scalar("gamma") * (1.0 - b["dones"]) * max_fn(online(b["next_obs"]))
     td.td_loss(q_sa, y).backward()
@@ -179,8 +179,8 @@ def test_torch_target_grad_is_none_not_zero() -> None:
     fx = fixtures.make("dqn_target", "float64")
     online, target = td.build_networks(fx)
     opt = torch.optim.SGD(online.parameters(), lr=fx.scalar("lr"))
-    batch = {k: tensor(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
-    td.train_step(online, target, opt, batch, tensor(fx, "gamma"), "target_network")
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    td.train_step(online, target, opt, batch, field(fx, "gamma"), "target_network")
     assert all(q.grad is None for q in target.parameters())
     assert all(q.grad is not None for q in online.parameters())
 

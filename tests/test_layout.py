@@ -1,4 +1,5 @@
-"""The one torch <-> canonical layout conversion: round trip, transposition, shape errors."""
+"""The one torch <-> canonical layout conversion: round trip, transposition, shape errors; and the other
+torch helper a lesson's step relies on (_common.step_of): selfcheck runs this file for the private helpers."""
 
 from __future__ import annotations
 
@@ -67,3 +68,19 @@ def test_grads_after_create_graph_are_plain_arrays() -> None:
     assert net.l1.weight.grad.requires_grad
     g = grads_of(net)
     assert isinstance(g["l1/kernel"], np.ndarray) and g["l1/kernel"].shape == (3, 3)
+
+
+def test_step_of_returns_the_summed_loss_without_a_graph() -> None:
+    """make_step's contract, kept by _common.step_of: every call runs, the losses add up, no graph outlives a step."""
+    from detach_parity.torch_impl._common import StepCall, step_of
+
+    w = torch.tensor([1.5, -2.0], dtype=torch.float64, requires_grad=True)
+    calls = [
+        StepCall(lambda w, k: ((k * w).sum(), "aux"), (w,), (2.0,)),
+        StepCall(lambda w: (w**2).sum(), (w,), loss=()),
+    ]
+    loss = step_of(calls)()
+    assert float(loss) == 2.0 * (1.5 - 2.0) + (1.5**2 + 2.0**2)
+    assert not loss.requires_grad and loss.grad_fn is None  # detached: the step's graph is gone with it
+    with pytest.raises(ValueError, match="step_of: calls expected at least one StepCall, got none"):
+        step_of([])

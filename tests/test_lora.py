@@ -67,8 +67,8 @@ def test_lora_param_is_a_param_and_nnx_lora_has_no_scale() -> None:
 def test_the_frozen_base_has_no_optimizer_state() -> None:
     fx = fixtures.make("lora", "float32")
     tmodel = tl.build_model(fx)
-    topt = tl.make_optimizer(tmodel, fx)
-    tl.train_step(tmodel, topt, torch.tensor(np.array(fx["x"])), torch.tensor(np.array(fx["y"])))
+    topt = tl.make_optimizer(tmodel, fx, "lora")
+    tl.train_step(tmodel, topt, torch.tensor(np.array(fx["x"])), torch.tensor(np.array(fx["y"])), "lora")
     tracked = {id(p) for p in topt.state}
     assert tracked == {id(tmodel.l1.adapter.lora_a), id(tmodel.l1.adapter.lora_b)}
     assert all(p.grad is None for m in (tmodel.l1.base, tmodel.l2) for p in m.parameters())
@@ -87,10 +87,9 @@ def test_targets_of_another_shape_are_refused(impl) -> None:
     lib = torch.tensor if impl is tl else jnp.asarray
     x, y = lib(np.array(fx["x"])), lib(np.array(fx["y"]).ravel())
     b, o = fx.dims["B"], fx.dims["O"]
-    args = (model, tl.make_optimizer(model, fx)) if impl is tl else (model, jl.make_optimizer(model, fx, "lora"))
-    extra = () if impl is tl else ("lora",)
+    args = (model, impl.make_optimizer(model, fx, "lora"))
     with pytest.raises(ValueError, match=rf"train_step: pred has shape \({b}, {o}\) but y has shape \({b * o},\)"):
-        impl.train_step(*args, x, y, *extra)
+        impl.train_step(*args, x, y, "lora")
 
 
 def test_torch_merge_records_no_graph() -> None:

@@ -161,3 +161,11 @@ def test_inner_steps_has_an_upper_bound() -> None:
     arrays["inner_steps"] = np.array(11)
     with pytest.raises(ValueError, match=r"field 'inner_steps': expected values in \[1, 10\], got 11"):
         fixtures.from_arrays("maml", arrays)
+
+
+def test_the_lessons_bound_their_inner_steps_as_the_record_does() -> None:
+    """adapt() checks its steps against its own module's bound (a lesson reads no record); the schema agrees."""
+    from detach_parity.shared.scenarios.maml import SCHEMA
+
+    assert tmaml.MAX_INNER_STEPS == jmaml.MAX_INNER_STEPS == SCHEMA["inner_steps"].high == 10
+    assert "registry" not in vars(tmaml) and "registry" not in vars(jmaml)

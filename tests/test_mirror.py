@@ -22,14 +22,13 @@ ONE_SIDED = {
 }
 # public names one side has and the other does not: (module, framework, name) -> reason
 ONE_SIDED_NAMES = {
-    ("_common", "torch", "tensor"): "torch's word for a fixture field as an array; JAX's is `array`",
-    ("_common", "jax", "array"): "JAX's word for a fixture field as an array; torch's is `tensor`",
     (
         "_common",
         "torch",
         "grads_or_zeros",
     ): "torch.autograd.grad reports no path as None or raises; jax.grad gives zeros",
     ("_common", "jax", "flat"): "nested dicts and nnx.State need flattening; torch modules name their leaves flat",
+    ("_common", "jax", "nested"): "models written as plain functions take a nested pytree; torch modules hold theirs",
     ("_common", "jax", "load_params"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "params_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
     ("_common", "jax", "grads_of"): "torch's twin is in torch_impl/_layout.py, next to the layout rule table",
@@ -39,6 +38,11 @@ ONE_SIDED_NAMES = {
         "named_leaves",
     ): "a torch model is walked by the table; NNX modules by nnx.iter_modules",
     ("backend.layout", "torch", "owned"): "a torch module with a rule owns its subtree; NNX modules go by type",
+    (
+        "_common",
+        "jax",
+        "transformation",
+    ): "nnx.jit keys its compile cache on an optax transformation; a torch optimizer is built from its parameters",
 }
 # a worked port is two halves of one example, not twins: the torch reference (its sizes, its batch)
 # and its NNX port, whose porting bugs are variants of the port and need their own helpers
@@ -158,4 +162,9 @@ def test_scenario_pair_has_run_port_note_tags_and_its_step(name: str) -> None:
         assert ("make_step" in facts["all"]) == spec.has_step, (
             f"{fw}_impl/{name}.py: make_step {'missing' if spec.has_step else 'present'}, "
             f"but the record's step_loss is {'set' if spec.has_step else 'None'}"
+        )
+        # a step's calls are public (the bench tunes them), or the lesson says why it has none
+        surface = {"step_calls", "NO_STEP_CALLS"} & set(facts["all"])
+        assert len(surface) == spec.has_step, (
+            f"{fw}_impl/{name}.py: expected one of step_calls / NO_STEP_CALLS with a step, neither without, got {sorted(surface)}"
         )

@@ -63,9 +63,9 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, scenario_run, scenario_step, step_of
 
-__all__ = ["loss_fn", "make_step", "run"]
+__all__ = ["loss_fn", "loss_and_grad", "step_calls", "make_step", "run"]
 
 
 def loss_fn(w: torch.Tensor, x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, variant: str) -> torch.Tensor:
@@ -75,26 +75,31 @@ def loss_fn(w: torch.Tensor, x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, 
     return torch.sum(c * z + d * y)
 
 
+def loss_and_grad(w: torch.Tensor, x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, variant: str):
+    """(the loss, its gradient in w); w requires grad."""
+    loss = loss_fn(w, x, c, d, variant)
+    (g,) = torch.autograd.grad(loss, w)
+    return loss, g
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: loss_and_grad on the fixture."""
+    w, x, c, d = field(fx, "w", requires_grad=True), field(fx, "x"), field(fx, "c"), field(fx, "d")
+    return [StepCall(loss_and_grad, (), (w, x, c, d), {"variant": variant})]
+
+
 @scenario_step("zz_throwaway")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """The loss and its gradient in w; returns the loss."""
-    w, x, c, d = tensor(fx, "w", requires_grad=True), tensor(fx, "x"), tensor(fx, "c"), tensor(fx, "d")
-
-    def step() -> torch.Tensor:
-        loss = loss_fn(w, x, c, d, variant)
-        torch.autograd.grad(loss, w)
-        return loss.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("zz_throwaway")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [], grads/w []."""
-    w, x, c, d = tensor(fx, "w", requires_grad=True), tensor(fx, "x"), tensor(fx, "c"), tensor(fx, "d")
-    loss = loss_fn(w, x, c, d, variant)
-    (g,) = torch.autograd.grad(loss, w)
-    return {"loss": numpy(loss), "grads/w": numpy(g)}
+    w, x, c, d = field(fx, "w", requires_grad=True), field(fx, "x"), field(fx, "c"), field(fx, "d")
+    loss, g = loss_and_grad(w, x, c, d, variant)
+    return {"loss": loss, "grads/w": g}
 '''
 
 JAX = '''
@@ -103,15 +108,16 @@ JAX = '''
 Shapes: N elements. Reference: tests/test_new_scenario.py.
 """
 
+import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._common import array, numpy, scenario_run, scenario_step
+from ._common import StepCall, field, scenario_run, scenario_step, step_of
 
-__all__ = ["loss_fn", "make_step", "run"]
+__all__ = ["loss_fn", "loss_and_grad", "step_calls", "make_step", "run"]
 
 
 def loss_fn(w: jax.Array, x: jax.Array, c: jax.Array, d: jax.Array, variant: str) -> jax.Array:
@@ -121,24 +127,30 @@ def loss_fn(w: jax.Array, x: jax.Array, c: jax.Array, d: jax.Array, variant: str
     return jnp.sum(c * z + d * y)
 
 
+@functools.partial(jax.jit, static_argnames="variant")
+def loss_and_grad(w: jax.Array, x: jax.Array, c: jax.Array, d: jax.Array, variant: str):
+    """(the loss, its gradient in w), jitted."""
+    return jax.value_and_grad(loss_fn)(w, x, c, d, variant)
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: loss_and_grad on the fixture."""
+    w, x, c, d = field(fx, "w"), field(fx, "x"), field(fx, "c"), field(fx, "d")
+    return [StepCall(loss_and_grad, (), (w, x, c, d), {"variant": variant})]
+
+
 @scenario_step("zz_throwaway")
 def make_step(fx, variant: str) -> Callable[[], jax.Array]:
     """The loss and its gradient in w; returns the loss."""
-    w, x, c, d = array(fx, "w"), array(fx, "x"), array(fx, "c"), array(fx, "d")
-    value_and_grad = jax.jit(jax.value_and_grad(loss_fn), static_argnames="variant")
-
-    def step() -> jax.Array:
-        return jax.block_until_ready(value_and_grad(w, x, c, d, variant))[0]
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("zz_throwaway")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [], grads/w []."""
-    w, x, c, d = array(fx, "w"), array(fx, "x"), array(fx, "c"), array(fx, "d")
-    loss, g = jax.value_and_grad(loss_fn)(w, x, c, d, variant)
-    return {"loss": numpy(loss), "grads/w": numpy(g)}
+    w, x, c, d = field(fx, "w"), field(fx, "x"), field(fx, "c"), field(fx, "d")
+    loss, g = loss_and_grad(w, x, c, d, variant)
+    return {"loss": loss, "grads/w": g}
 '''
 
 TEST = '''
@@ -227,11 +239,7 @@ def test_four_files_are_picked_up_by_every_machinery(copy_with_throwaway: Path) 
     assert report["pytest_exit"] == 0, proc.stdout[-3000:]  # parity, mirror, steps, properties, its own test
     assert report["bench_steps"]
     assert report["site_pages"] == ["index.html", f"{NAME}.html"] and report["site_ok"]
-    # y.detach() and the step's returned loss.detach() in torch, stop_gradient in JAX
-    assert sorted(report["selfcheck_sites"]) == [
-        f"jax_impl/{NAME}.py",
-        f"torch_impl/{NAME}.py",
-        f"torch_impl/{NAME}.py",
-    ]
+    # y.detach() in torch, stop_gradient in JAX (the step's returned loss is detached by _common.step_of)
+    assert sorted(report["selfcheck_sites"]) == [f"jax_impl/{NAME}.py", f"torch_impl/{NAME}.py"]
     assert f"tests/test_{NAME}.py" in report["covering"] and "tests/test_parity.py" in report["covering"]
-    assert report["selfcheck"] == ["killed 1"] * 3 + ["survived 0"]  # each stop removed makes a test fail
+    assert report["selfcheck"] == ["killed 1"] * 2 + ["survived 0"]  # each stop removed makes a test fail

@@ -75,3 +75,48 @@ def test_values_of_shape_b1_are_refused(impl) -> None:
         impl.ppo_losses(agent, batch, coefs, "clipped")
     with pytest.raises(ValueError, match="variant expected one of"):
         impl.normalize_advantages(batch["advantages"], "normalised")
+
+
+def test_attached_advantages_never_train_the_critic_through_the_policy_loss() -> None:
+    """Issue 28 item 7: a user who computes Â = R − V(s) with the critic and leaves it attached.
+
+    rlax stops Â by default, torch's ppo_losses once did not: the critic then trained through the
+    policy loss (gradient 0.30) in torch and not in JAX. Both stop it now; the same loss without
+    the stop (the positive control) does move the critic.
+    """
+    from detach_parity.jax_impl._common import flat, numerics
+    from detach_parity.torch_impl._layout import grads_of
+    from flax import nnx
+
+    fx = fixtures.make("ppo", "float64")
+    keys = ("obs", "actions", "old_logprobs", "returns", "values")
+    coefs = {k: fx.scalar(k) for k in ("clip_coef", "vf_coef", "ent_coef")}
+
+    agent = tp.build_agent(fx)
+    batch = {k: torch.tensor(np.array(fx[k])) for k in keys}
+    batch["advantages"] = batch["returns"] - agent(batch["obs"], batch["actions"])[2]  # attached to the critic
+    tp.ppo_losses(agent, batch, coefs, "clipped")["pg_loss"].backward()
+    torch_critic = grads_of(agent.critic)
+
+    with numerics("float64"):
+        jagent = jp.build_agent(fx)
+        jbatch = {k: jnp.asarray(fx[k]) for k in keys}
+
+        def pg_loss(agent):
+            adv = jbatch["returns"] - agent(jbatch["obs"], jbatch["actions"])[2]  # attached to the critic
+            return jp.ppo_losses(agent, {**jbatch, "advantages": adv}, coefs, "clipped")["pg_loss"]
+
+        jax_critic = flat(nnx.grad(pg_loss)(jagent)["critic"])
+    assert sorted(torch_critic) == sorted(jax_critic) == sorted(k.removeprefix("critic/") for k in CRITIC)
+    for k in torch_critic:
+        assert np.all(torch_critic[k] == 0.0) and np.all(np.asarray(jax_critic[k]) == 0.0), k
+
+    # the positive control: the surrogate with an attached Â reaches the critic
+    agent.zero_grad(set_to_none=True)
+    logp, _, value = agent(batch["obs"], batch["actions"])
+    adv = tp.normalize_advantages(batch["returns"] - value, "clipped")
+    ratio = (logp - batch["old_logprobs"]).exp()
+    eps = coefs["clip_coef"]
+    torch.max(-adv * ratio, -adv * torch.clamp(ratio, 1 - eps, 1 + eps)).mean().backward()
+    leaked = np.sqrt(sum(float(np.sum(g**2)) for g in grads_of(agent.critic).values()))
+    assert leaked > 0.05, leaked

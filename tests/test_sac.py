@@ -89,3 +89,27 @@ def test_a_target_of_shape_b1_is_refused(impl) -> None:
         impl.q_loss(model, batch, lib(np.zeros((b, 1), np.float32)))
     with pytest.raises(ValueError, match="variant expected one of"):
         impl.actor_loss(model, batch, {"action_scale": 1.0, "action_bias": 0.0}, "exact")
+
+
+@pytest.mark.parametrize("variant", ["exact_log_det", "q_not_frozen"])
+def test_actor_loss_freezes_q_itself_on_both_sides(variant: str) -> None:
+    """Audit of issue 28 item 7: torch's actor_loss freezes Q inside (requires_grad_(False)); the JAX twin once
+    left it to its caller's nnx.DiffState, so a user's own nnx.grad of actor_loss trained Q. Both freeze it
+    inside now: the actor gets the gradient through Q's input, Q's parameters none (q_not_frozen: both do)."""
+    from detach_parity.jax_impl._common import flat, numerics
+    from detach_parity.torch_impl._layout import grads_of
+    from flax import nnx
+
+    fx = fixtures.make("sac", "float64")
+    keys = ("obs", "noise")
+    consts = {k: fx.scalar(k) for k in ("action_scale", "action_bias", "gamma")}
+    model = ts.build_agent(fx)
+    ts.actor_loss(model, {k: torch.tensor(np.array(fx[k])) for k in keys}, consts, variant)[0].backward()
+    torch_grads = grads_of(model)
+    with numerics("float64"):
+        jmodel = js.build_agent(fx)
+        jbatch = {k: jnp.asarray(fx[k]) for k in keys}
+        jax_grads = flat(nnx.grad(lambda m: js.actor_loss(m, jbatch, consts, variant)[0])(jmodel))
+    for grads in (torch_grads, jax_grads):
+        assert all(np.any(np.asarray(grads[k]) != 0.0) for k in ACTOR)
+        assert all(np.any(np.asarray(grads[k]) != 0.0) == (variant == "q_not_frozen") for k in Q), variant

@@ -92,3 +92,33 @@ def test_symmetric_loss_refuses_mismatched_shapes(module) -> None:
 def test_jax_builder_refuses_a_float64_fixture_outside_x64() -> None:
     with jax.enable_x64(False), pytest.raises(ValueError, match="build_model: a float64 fixture needs jax_enable_x64"):
         jss.build_model(fixtures.make("siamese_stop", "float64"))
+
+
+def test_byol_targets_are_constants_whoever_differentiates_them() -> None:
+    """Audit of issue 28 item 7: torch's targets() stops BYOL's target branch inside (no_grad); the JAX twin
+    once left it to its caller's DiffState filter, so a user's own gradient of targets() trained the target
+    network and reached the views through it. Both stop it inside now."""
+    fx = fixtures.make("siamese_stop", "float64")
+    model = tss.build_model(fx)
+    views = [torch.tensor(np.array(fx[v]), requires_grad=True) for v in ("x1", "x2")]
+    z1, z2 = model.online(views[0]), model.online(views[1])
+    t1, t2 = tss.targets(model, z1, z2, views, "byol")
+    sum(tss.symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, "byol")).backward()
+    torch_grads = grads_of(model)
+
+    with jax.enable_x64(True):
+        jmodel = jss.build_model(fx)
+        jviews = tuple(jax.numpy.asarray(fx[v]) for v in ("x1", "x2"))
+
+        def loss(m, views):
+            z1, z2 = m.online(views[0]), m.online(views[1])
+            t1, t2 = jss.targets(m, z1, z2, views, "byol")
+            return sum(jss.symmetric_loss(m.predictor(z1), m.predictor(z2), t1, t2, "byol"))
+
+        jax_grads, jax_views = nnx.grad(loss, argnums=(0, 1))(jmodel, jviews)  # every parameter, and the views
+        jax_grads = {"/".join(map(str, p)): np.asarray(v.get_value()) for p, v in jax_grads.flat_state()}
+    for grads in (torch_grads, jax_grads):
+        assert all(np.all(g == 0.0) for k, g in grads.items() if k.startswith("target/"))
+        assert all(np.any(g != 0.0) for k, g in grads.items() if k.startswith(("online/", "predictor/")))
+    for t, j in zip(views, jax_views, strict=True):
+        assert_same_to_rounding(np.asarray(j), t.grad.numpy(), "d loss / d view: the online branch alone")

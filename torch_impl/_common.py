@@ -4,17 +4,32 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
+from ..shared.core.checks import check_rank, check_same_shape, check_values
 from ..shared.core.contracts import check_call, finish
 from ..shared.core.fixtures import Fixture, require
 from ..shared.core.schema import FLOAT_DTYPES
 
-__all__ = ["numerics", "scenario_run", "scenario_step", "tensor", "numpy", "grads_or_zeros", "MLP"]
+__all__ = [
+    "numerics",
+    "scenario_run",
+    "scenario_step",
+    "StepCall",
+    "step_of",
+    "field",
+    "numpy",
+    "grads_or_zeros",
+    "cross_entropy",
+    "MLP",
+]
 
 _BACKENDS = torch.backends
 # the float32 precision of each operation (torch >= 2.9 API) that numerics pins to "ieee";
@@ -73,6 +88,7 @@ def scenario_run(scenario: str) -> Callable:
 
     The call runs inside numerics(fx.dtype): full float32, the caller's settings restored
     after; tensors keep the fixture's dtype (the JAX twin enables x64 for float64 fixtures).
+    Every output (a tensor, a numpy array) becomes a numpy array.
     """
 
     def wrap(run: Callable) -> Callable:
@@ -80,7 +96,8 @@ def scenario_run(scenario: str) -> Callable:
         def checked(fx: Fixture, variant: str) -> dict[str, np.ndarray]:
             check_call(scenario, fx, variant)
             with numerics(fx.dtype):
-                return finish(scenario, variant, run(fx, variant))
+                out = run(fx, variant)
+                return finish(scenario, variant, {k: numpy(v) for k, v in out.items()})
 
         return checked
 
@@ -122,14 +139,54 @@ def scenario_step(scenario: str) -> Callable:
     return wrap
 
 
-def tensor(fx: Fixture, key: str, requires_grad: bool = False) -> torch.Tensor:
-    """A fixture field as a new torch tensor (own memory: fixture arrays are read-only)."""
+class StepCall(NamedTuple):
+    """One call of a scenario's training step: fn(*nodes, *args, **kwargs), its loss at `loss` in the result.
+
+    nodes: the modules and optimizers the call reads and updates (the step's state); args: the
+    tensors it takes; kwargs: settings that never change (the variant); loss: the index path of
+    the loss in fn's result ((0,): its first item; (): the result itself). A lesson's
+    `step_calls(fx, variant)` lists them; make_step runs them (step_of) and the JAX twin's bench
+    tunes them (nnx.cached_partial, one jax.jit over nnx.split).
+    """
+
+    fn: Callable
+    nodes: tuple = ()
+    args: tuple = ()
+    kwargs: Mapping[str, object] = MappingProxyType({})
+    loss: tuple[int, ...] = (0,)
+
+    def __call__(self) -> torch.Tensor:
+        """Make the call; return its loss."""
+        out = self.fn(*self.nodes, *self.args, **self.kwargs)
+        for i in self.loss:
+            out = out[i]
+        return out
+
+
+def step_of(calls: Sequence[StepCall]) -> Callable[[], torch.Tensor]:
+    """make_step's step from its calls: each call in order; returns the sum of their losses, detached.
+
+    Eager: every call runs forward, backward and the update; the loss comes back detached, so
+    no step's graph outlives it. Raises ValueError for no calls.
+    """
+    if not calls:
+        raise ValueError("step_of: calls expected at least one StepCall, got none")
+
+    def step() -> torch.Tensor:
+        losses = [call() for call in calls]
+        return sum(losses[1:], losses[0]).detach()
+
+    return step
+
+
+def field(fx: Fixture, key: str, requires_grad: bool = False) -> torch.Tensor:
+    """A fixture field as a new torch tensor of the same dtype (own memory: fixture arrays are read-only)."""
     return torch.tensor(np.array(fx[key]), requires_grad=requires_grad)
 
 
-def numpy(t: torch.Tensor) -> np.ndarray:
-    """A tensor as a numpy array, cut from the graph."""
-    return t.detach().cpu().numpy()
+def numpy(x) -> np.ndarray:
+    """A tensor (cut from the graph), numpy array or scalar as a numpy array."""
+    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
 
 
 def grads_or_zeros(loss: torch.Tensor, inputs: Sequence[torch.Tensor], **kwargs) -> list[torch.Tensor]:
@@ -145,6 +202,18 @@ def grads_or_zeros(loss: torch.Tensor, inputs: Sequence[torch.Tensor], **kwargs)
         return [torch.zeros_like(x) for x in inputs]
     grads = torch.autograd.grad(loss, list(inputs), allow_unused=True, **kwargs)
     return [torch.zeros_like(x) if g is None else g for x, g in zip(inputs, grads, strict=False)]
+
+
+def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
+
+    Raises ValueError unless logits is 2-D with the labels' batch size B and every label is in [0, C)
+    (out of range, torch raises IndexError and optax silently gives a wrong loss).
+    """
+    check_rank("cross_entropy", "logits", logits.shape, "BC")
+    check_same_shape("cross_entropy", logits_batch=logits.shape[:1], labels=labels.shape)
+    check_values("cross_entropy", "labels", labels, low=0, high=logits.shape[-1], high_open=True)
+    return F.cross_entropy(logits, labels)
 
 
 # -- networks the scenarios share (the lesson is in what each scenario does with them) ----------------

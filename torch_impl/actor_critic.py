@@ -19,10 +19,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant
-from ._common import MLP, grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from ._common import MLP, StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params
 
-__all__ = ["ActorCritic", "build_model", "select_actions", "a2c_losses", "make_step", "run"]
+__all__ = [
+    "ActorCritic",
+    "build_model",
+    "select_actions",
+    "a2c_losses",
+    "losses_and_grads",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 
 class ActorCritic(nn.Module):
@@ -39,7 +48,7 @@ class ActorCritic(nn.Module):
 
 def build_model(fx) -> ActorCritic:
     """An ActorCritic loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(ActorCritic(d, h, a, getattr(torch, fx.dtype)), params)
 
@@ -54,7 +63,7 @@ def select_actions(logits: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Ten
         not finite there).
     Reference: Gumbel 1954; Maddison et al. 2014, arXiv:1411.0030.
     """
-    check_same_shape("select_actions", logits=tuple(logits.shape), noise=tuple(noise.shape))
+    check_same_shape("select_actions", logits=logits.shape, noise=noise.shape)
     check_values("select_actions", "noise", noise, low=0.0, high=1.0, low_open=True, high_open=True)
     logits = logits.detach()  # GRAD-FLOW: acting needs no graph
     actions = torch.argmax(logits - torch.log(-torch.log(noise)), dim=-1)  # [B]
@@ -74,11 +83,9 @@ def a2c_losses(
     Reference: Mnih et al. 2016, arXiv:1602.01783.
     """
     check_variant("actor_critic", variant)
-    check_same_shape(
-        "a2c_losses", values=tuple(values.shape), returns=tuple(returns.shape), actions=tuple(actions.shape)
-    )
-    check_rank("a2c_losses", "logits", tuple(logits.shape), "BA")
-    check_same_shape("a2c_losses", values=tuple(values.shape), logits_batch=tuple(logits.shape[:1]))
+    check_same_shape("a2c_losses", values=values.shape, returns=returns.shape, actions=actions.shape)
+    check_rank("a2c_losses", "logits", logits.shape, "BA")
+    check_same_shape("a2c_losses", values=values.shape, logits_batch=logits.shape[:1])
     advantages = returns - values  # [B]
     if variant == "advantage_stopped":
         advantages = advantages.detach()  # GRAD-FLOW: the policy loss must not push the critic
@@ -90,25 +97,36 @@ def a2c_losses(
     return policy_loss, value_loss, entropy, advantages
 
 
+def losses_and_grads(model: ActorCritic, batch: dict, vf_coef: float, ent_coef: float, variant: str):
+    """Acting and one gradient of the A2C total: (total [], (policy_loss, value_loss, entropy, advantages [B],
+    (actions [B], log π(a) [B])), canonical gradients of the total, critic gradients of the policy loss alone)."""
+    model.zero_grad(set_to_none=True)
+    logits, values = model(batch["obs"])
+    policy_loss, value_loss, entropy, advantages = a2c_losses(
+        logits, values, batch["actions"], batch["returns"], variant
+    )
+    loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+    aux = (policy_loss, value_loss, entropy, advantages, select_actions(logits, batch["noise"]))
+
+    policy_loss.backward(retain_graph=True)  # the policy loss alone: does it reach the critic?
+    policy_grads = grads_of(model.critic)  # .grad None -> explicit zeros (P11)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return loss, aux, grads_of(model), policy_grads
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one losses_and_grads of a model built from the fixture (no update; the total first)."""
+    model = build_model(fx)
+    batch = {k: field(fx, k) for k in ("obs", "actions", "returns", "noise")}
+    coefs = fx.scalar("vf_coef"), fx.scalar("ent_coef")
+    return [StepCall(losses_and_grads, (model,), (batch, *coefs), {"variant": variant})]
+
+
 @scenario_step("actor_critic")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """Acting, A2C losses, the policy loss's critic gradient, the total's gradient (no update); returns the total."""
-    model = build_model(fx)
-    obs, actions, returns = tensor(fx, "obs"), tensor(fx, "actions"), tensor(fx, "returns")
-    noise, vf_coef, ent_coef = tensor(fx, "noise"), fx.scalar("vf_coef"), fx.scalar("ent_coef")
-
-    def step() -> torch.Tensor:
-        # run does this inline (no public step function): the same calls, the gradients left in .grad
-        logits, values = model(obs)
-        select_actions(logits, noise)
-        policy_loss, value_loss, entropy, _ = a2c_losses(logits, values, actions, returns, variant)
-        loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
-        grads_or_zeros(policy_loss, list(model.critic.parameters()), retain_graph=True)  # does it reach the critic?
-        model.zero_grad(set_to_none=True)
-        loss.backward()
-        return loss.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("actor_critic")
@@ -116,19 +134,13 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, policy_loss, value_loss, entropy []; advantages, selected_logp [B]; selected_actions [B] int64;
     grads/{actor,critic}/<param> of the total; policy_grads/critic/<param> of the policy loss alone."""
     model = build_model(fx)
-    obs, actions, returns = tensor(fx, "obs"), tensor(fx, "actions"), tensor(fx, "returns")
-    logits, values = model(obs)
-    selected, selected_logp = select_actions(logits, tensor(fx, "noise"))
-    policy_loss, value_loss, entropy, advantages = a2c_losses(logits, values, actions, returns, variant)
-    loss = policy_loss + fx.scalar("vf_coef") * value_loss - fx.scalar("ent_coef") * entropy
-
-    policy_loss.backward(retain_graph=True)  # the policy loss alone: does it reach the critic?
-    policy_grads = grads_of(model.critic)  # .grad None -> explicit zeros (P11)
-    model.zero_grad(set_to_none=True)
-    loss.backward()
+    batch = {k: field(fx, k) for k in ("obs", "actions", "returns", "noise")}
+    coefs = fx.scalar("vf_coef"), fx.scalar("ent_coef")
+    loss, aux, grads, policy_grads = losses_and_grads(model, batch, *coefs, variant)
+    policy_loss, value_loss, entropy, advantages, (selected, selected_logp) = aux
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "value_loss": numpy(value_loss)}
     out.update(entropy=numpy(entropy), advantages=numpy(advantages), selected_logp=numpy(selected_logp))
     out["selected_actions"] = numpy(selected).astype(np.int64)
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})
+    out.update({f"grads/{k}": g for k, g in grads.items()})
     out.update({f"policy_grads/critic/{k}": g for k, g in policy_grads.items()})
     return out

@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params
 
-__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "make_step", "run"]
+__all__ = ["Attention", "build_model", "masked_softmax", "mse_loss", "loss_and_grads", "step_calls", "make_step", "run"]
 
 
 class Attention(nn.Module):
@@ -47,7 +47,7 @@ class Attention(nn.Module):
 
 def build_model(fx) -> Attention:
     """An Attention head loaded with the fixture's canonical kernels."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(Attention(fx.dims["E"], fx.dims["K"], getattr(torch, fx.dtype)), params)
 
 
@@ -65,35 +65,42 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def mse_loss(context: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """mean((context - target)²) over [N, K]. Raises ValueError on a shape mismatch."""
-    check_same_shape("mse_loss", context=tuple(context.shape), target=tuple(target.shape))
+    check_same_shape("mse_loss", context=context.shape, target=target.shape)
     return ((context - target) ** 2).mean()
+
+
+def loss_and_grads(model: Attention, x: torch.Tensor, mask: torch.Tensor, target: torch.Tensor, variant: str):
+    """(loss [], context [N, K], weights [N, N], canonical kernel gradients, d loss / dx [N, E]) of one backward.
+
+    x must require grad. Resets .grad first: backward accumulates, each call starts from no gradient.
+    """
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    context, weights = model(x, mask, variant)
+    loss = mse_loss(context, target)
+    loss.backward()
+    return loss, context, weights, grads_of(model), x.grad
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one loss_and_grads of a head built from the fixture (no update; the loss first)."""
+    model = build_model(fx)
+    x, mask, target = field(fx, "x", requires_grad=True), field(fx, "mask"), field(fx, "target")
+    return [StepCall(loss_and_grads, (model,), (x, mask, target), {"variant": variant})]
 
 
 @scenario_step("attention_detach")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """Backward of the attention head's squared error into the kernels and x (no update); returns the loss."""
-    model = build_model(fx)
-    x, mask, target = tensor(fx, "x", requires_grad=True), tensor(fx, "mask"), tensor(fx, "target")
-
-    def step() -> torch.Tensor:
-        model.zero_grad(set_to_none=True)  # backward accumulates: each step starts from no gradient, as run
-        x.grad = None
-        context, _ = model(x, mask, variant)
-        loss = mse_loss(context, target)
-        loss.backward()
-        return loss.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("attention_detach")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [], context [N, K], weights [N, N], grads/{q,k,v}/kernel [E, K], grads/x [N, E]."""
     model = build_model(fx)
-    x = tensor(fx, "x", requires_grad=True)
-    context, weights = model(x, tensor(fx, "mask"), variant)
-    loss = mse_loss(context, tensor(fx, "target"))
-    loss.backward()
-    out = {"loss": numpy(loss), "context": numpy(context), "weights": numpy(weights), "grads/x": numpy(x.grad)}
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})
+    x = field(fx, "x", requires_grad=True)
+    loss, context, weights, g_model, g_x = loss_and_grads(model, x, field(fx, "mask"), field(fx, "target"), variant)
+    out = {"loss": numpy(loss), "context": numpy(context), "weights": numpy(weights), "grads/x": numpy(g_x)}
+    out.update({f"grads/{k}": g for k, g in g_model.items()})
     return out

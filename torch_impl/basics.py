@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import grads_or_zeros, numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, grads_or_zeros, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["forward", "loss_via_z", "loss_total", "make_step", "run"]
+__all__ = ["forward", "loss_via_z", "loss_total", "gradients", "step_calls", "make_step", "run"]
 
 
 def forward(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -34,7 +34,7 @@ def loss_via_z(x: torch.Tensor, c: torch.Tensor, variant: str) -> torch.Tensor:
 
     Raises ValueError on an unknown variant or if c's shape differs from x's (no broadcasting).
     """
-    check_same_shape("loss_via_z", x=tuple(x.shape), c=tuple(c.shape))
+    check_same_shape("loss_via_z", x=x.shape, c=c.shape)
     check_variant("basics", variant)
     _, z = forward(x, variant)
     return (c * z).sum()
@@ -45,33 +45,38 @@ def loss_total(x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, variant: str) 
 
     Raises ValueError on an unknown variant or if c's or d's shape differs from x's.
     """
-    check_same_shape("loss_total", x=tuple(x.shape), c=tuple(c.shape), d=tuple(d.shape))
+    check_same_shape("loss_total", x=x.shape, c=c.shape, d=d.shape)
     check_variant("basics", variant)
     y, z = forward(x, variant)
     return (d * y + c * z).sum()
 
 
+def gradients(x: torch.Tensor, c: torch.Tensor, d: torch.Tensor, variant: str):
+    """(loss_total [], d loss_via_z / dx [N], d loss_total / dx [N]): the lesson's two gradients; x requires grad."""
+    (g_via_z,) = grads_or_zeros(loss_via_z(x, c, variant), [x])
+    loss = loss_total(x, c, d, variant)
+    (g_total,) = grads_or_zeros(loss, [x])
+    return loss, g_via_z, g_total
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: the lesson's two gradients on the fixture (loss_total first)."""
+    x = field(fx, "x", requires_grad=True)
+    c, d = field(fx, "c"), field(fx, "d")
+    return [StepCall(gradients, (), (x, c, d), {"variant": variant})]
+
+
 @scenario_step("basics")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """d/dx of loss_via_z and of loss_total (both gradients of run); returns loss_total."""
-    x = tensor(fx, "x", requires_grad=True)
-    c, d = tensor(fx, "c"), tensor(fx, "d")
-
-    def step() -> torch.Tensor:
-        grads_or_zeros(loss_via_z(x, c, variant), [x])
-        loss = loss_total(x, c, d, variant)
-        grads_or_zeros(loss, [x])
-        return loss.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("basics")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y, z [N]; grads/x_via_z, grads/x_total [N] (d loss / d x)."""
-    x = tensor(fx, "x", requires_grad=True)
-    c, d = tensor(fx, "c"), tensor(fx, "d")
+    x = field(fx, "x", requires_grad=True)
+    c, d = field(fx, "c"), field(fx, "d")
     y, z = forward(x, variant)
-    (g_via_z,) = grads_or_zeros(loss_via_z(x, c, variant), [x])
-    (g_total,) = grads_or_zeros(loss_total(x, c, d, variant), [x])
+    _, g_via_z, g_total = gradients(x, c, d, variant)
     return {"y": numpy(y), "z": numpy(z), "grads/x_via_z": numpy(g_via_z), "grads/x_total": numpy(g_total)}

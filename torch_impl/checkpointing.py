@@ -22,10 +22,21 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params
 
-__all__ = ["Block", "Model", "build_model", "mse", "saved_activation_bytes", "make_step", "run"]
+__all__ = [
+    "Block",
+    "Model",
+    "build_model",
+    "mse",
+    "saved_activation_bytes",
+    "loss_and_grads",
+    "train_step",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 
 class _Embed(nn.Module):
@@ -73,9 +84,9 @@ class Model(nn.Module):
 
 def build_model(fx) -> Model:
     """A Model loaded with the fixture's canonical parameters, the embedding [V, E] frozen (no layout change)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/") and "embed/" not in k}
+    params = {k: v for k, v in fx.under("params").items() if not k.startswith("embed/")}
     model = load_params(Model(fx.dims["V"], fx.dims["E"], fx.dims["H"], getattr(torch, fx.dtype)), params)
-    table = tensor(fx, "params/embed/embedding")
+    table = field(fx, "params/embed/embedding")
     # GRAD-FLOW: frozen: no input of the block requires grad
     model.embed.embedding = nn.Parameter(table, requires_grad=False)
     return model
@@ -83,7 +94,7 @@ def build_model(fx) -> Model:
 
 def mse(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean((pred − y)²) of pred [B], y [B]. Raises ValueError unless the shapes agree."""
-    check_same_shape("mse", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("mse", pred=pred.shape, y=y.shape)
     return torch.mean((pred - y) ** 2)
 
 
@@ -101,37 +112,49 @@ def saved_activation_bytes(fx, variant: str) -> int:
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        mse(model(tensor(fx, "tokens"), variant), tensor(fx, "y"))
+        mse(model(field(fx, "tokens"), variant), field(fx, "y"))
     return int(sum(t.numel() * t.element_size() for t in saved))
+
+
+def loss_and_grads(model: Model, tokens: torch.Tensor, y: torch.Tensor, variant: str):
+    """(loss [], canonical gradients: a frozen or cut-off parameter zeros) of one backward through the block."""
+    model.zero_grad(set_to_none=True)
+    loss = mse(model(tokens, variant), y)
+    loss.backward()
+    table = model.embed.embedding
+    return loss, {"embed/embedding": torch.zeros_like(table) if table.grad is None else table.grad, **grads_of(model)}
+
+
+def train_step(
+    model: Model, optimizer: torch.optim.Optimizer, tokens: torch.Tensor, y: torch.Tensor, variant: str
+) -> torch.Tensor:
+    """One SGD step of head and block; returns the loss before the step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = mse(model(tokens, variant), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one SGD train_step of a model built from the fixture (the loss)."""
+    model = build_model(fx)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=fx.scalar("lr"))
+    tokens, y = field(fx, "tokens"), field(fx, "y")
+    return [StepCall(train_step, (model, optimizer), (tokens, y), {"variant": variant}, loss=())]
 
 
 @scenario_step("checkpointing")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One SGD step of head and block through the (checkpointed) block; returns the loss before the update."""
-    model = build_model(fx)
-    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=fx.scalar("lr"))
-    tokens, y = tensor(fx, "tokens"), tensor(fx, "y")
-
-    def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = mse(model(tokens, variant), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("checkpointing")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/{embed,block,head}/<param> (a frozen or cut-off parameter: zeros)."""
     model = build_model(fx)
-    loss = mse(model(tensor(fx, "tokens"), variant), tensor(fx, "y"))
-    loss.backward()
-    table = model.embed.embedding
-    out = {
-        "loss": numpy(loss),
-        "grads/embed/embedding": numpy(torch.zeros_like(table) if table.grad is None else table.grad),
-    }
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})  # .grad None -> zeros (P11)
+    loss, grads = loss_and_grads(model, field(fx, "tokens"), field(fx, "y"), variant)
+    out = {"loss": numpy(loss)}
+    out.update({f"grads/{k}": g for k, g in grads.items()})  # .grad None -> zeros (P11)
     return out

@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 
-__all__ = ["write_zeros", "step", "make_step", "run"]
+__all__ = ["write_zeros", "step", "step_calls", "make_step", "run"]
 
 HOW = ("detach_clone", "data_inplace", "detach_inplace")
 
@@ -53,7 +53,7 @@ def step(x: torch.Tensor, c: torch.Tensor, how: str) -> tuple[torch.Tensor | np.
       RuntimeError: how == "detach_inplace" ("... modified by an inplace operation").
       ValueError: c's shape differs from x's (no broadcasting in the loss).
     """
-    check_same_shape("step", x=tuple(x.shape), c=tuple(c.shape))
+    check_same_shape("step", x=x.shape, c=c.shape)
     out = torch.sigmoid(x)  # saves its output for backward
     loss = (c * out).sum()
     before = numpy(out).copy()  # a record of the values, in its own memory
@@ -62,23 +62,23 @@ def step(x: torch.Tensor, c: torch.Tensor, how: str) -> tuple[torch.Tensor | np.
     return loss, grad, before, written, out
 
 
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one step on the fixture, the zero write spelled `variant` (the loss first)."""
+    x = field(fx, "x", requires_grad=True)
+    c = field(fx, "c")
+    return [StepCall(step, (), (x, c), {"how": variant})]
+
+
 @scenario_step("data_vs_detach")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One step (σ forward, the zero write spelled `variant`, d loss / dx); returns the loss."""
-    x = tensor(fx, "x", requires_grad=True)
-    c = tensor(fx, "c")
-
-    def one_step() -> torch.Tensor:
-        loss, _, _, _, _ = step(x, c, variant)
-        return loss.detach()
-
-    return one_step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("data_vs_detach")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: out, written, out_after_write, grads/x [N]."""
-    x = tensor(fx, "x", requires_grad=True)
-    c = tensor(fx, "c")
+    x = field(fx, "x", requires_grad=True)
+    c = field(fx, "c")
     _, grad, before, written, after = step(x, c, variant)
     return {"out": before, "written": numpy(written), "out_after_write": numpy(after), "grads/x": numpy(grad)}

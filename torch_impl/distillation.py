@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
-__all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "run"]
+__all__ = ["Student", "Teacher", "Distiller", "build_model", "teacher_logits", "distillation_loss", "train_step", "run"]
 
 
 class Student(nn.Module):
@@ -62,11 +62,11 @@ class Distiller(nn.Module):
 
 def build_model(fx) -> Distiller:
     """A Distiller loaded with the fixture's parameters and the teacher's running statistics."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     model = load_params(Distiller(dims["D"], dims["H"], dims["C"], getattr(torch, fx.dtype)), params)
-    model.teacher.bn.running_mean.copy_(tensor(fx, "running_mean"))  # buffers: no graph to keep out of
-    model.teacher.bn.running_var.copy_(tensor(fx, "running_var"))
+    model.teacher.bn.running_mean.copy_(field(fx, "running_mean"))  # buffers: no graph to keep out of
+    model.teacher.bn.running_var.copy_(field(fx, "running_var"))
     return model
 
 
@@ -91,10 +91,22 @@ def distillation_loss(s: torch.Tensor, t: torch.Tensor, labels: torch.Tensor, te
     """
     check_scalar("distillation_loss", "temperature", temperature, 0.0, low_open=True)
     check_scalar("distillation_loss", "alpha", alpha, 0.0, 1.0)
-    check_same_shape("distillation_loss", student=tuple(s.shape), teacher=tuple(t.shape))
+    check_same_shape("distillation_loss", student=s.shape, teacher=t.shape)
     log_s, log_t = F.log_softmax(s / temperature, dim=-1), F.log_softmax(t / temperature, dim=-1)
     soft = F.kl_div(log_s, log_t, reduction="batchmean", log_target=True)
     return alpha * temperature**2 * soft, (1 - alpha) * F.cross_entropy(s, labels)
+
+
+def train_step(model: Distiller, optimizer: torch.optim.Optimizer, x, labels, temperature, alpha, variant: str):
+    """One SGD step on the distillation loss; returns (loss, soft, hard [], soft targets [B, C], canonical
+    gradients of every parameter), all before the step."""
+    t = teacher_logits(model.teacher, x, variant)  # the one teacher forward of the step
+    soft, hard = distillation_loss(model.student(x), t, labels, temperature, alpha)
+    optimizer.zero_grad(set_to_none=True)
+    (soft + hard).backward()
+    grads = grads_of(model)  # .grad None -> 0 (P11)
+    optimizer.step()
+    return soft + hard, soft, hard, F.softmax(t / temperature, dim=-1), grads
 
 
 @scenario_run("distillation")
@@ -104,16 +116,12 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx)
     trained = model if variant == "teacher_not_stopped" else model.student  # the trap trains the teacher too
     optimizer = torch.optim.SGD(trained.parameters(), lr=fx.scalar("lr"))
-    x, temperature = tensor(fx, "x"), fx.scalar("temperature")
     before, mean_before = params_of(model), model.teacher.bn.running_mean.clone()
-    t = teacher_logits(model.teacher, x, variant)
-    soft, hard = distillation_loss(model.student(x), t, tensor(fx, "labels"), temperature, fx.scalar("alpha"))
-    optimizer.zero_grad(set_to_none=True)
-    (soft + hard).backward()
-    grads = grads_of(model)  # .grad None -> 0 (P11)
-    optimizer.step()
-    out = {"loss": numpy(soft + hard), "loss/soft": numpy(soft), "loss/hard": numpy(hard)}
-    out["soft_targets"] = numpy(F.softmax(t / temperature, dim=-1))
+    hyper = (fx.scalar("temperature"), fx.scalar("alpha"))
+    loss, soft, hard, soft_targets, grads = train_step(
+        model, optimizer, field(fx, "x"), field(fx, "labels"), *hyper, variant
+    )
+    out = {"loss": numpy(loss), "loss/soft": numpy(soft), "loss/hard": numpy(hard), "soft_targets": soft_targets}
     out.update({f"grads/{k}": g for k, g in grads.items()})
     out.update({f"moved/{k}": v - before[k] for k, v in params_of(model).items()})
     out["teacher_stats/mean_moved"] = numpy(model.teacher.bn.running_mean - mean_before)

@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, scenario_run, tensor
+from ._common import MLP, field, scenario_run
 from ._distributed import data_mesh, on_ranks, shard
 from ._layout import grads_of, load_params
 
@@ -28,13 +28,13 @@ __all__ = ["build_model", "example_losses", "shard_loss", "full_batch_grads", "r
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (the same on every rank)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(MLP(fx.dims["D"], fx.dims["H"], fx.dims["O"], getattr(torch, fx.dtype)), params)
 
 
 def example_losses(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """e [b] = ½‖pred - y‖² per example. Raises ValueError unless pred and y are both [b, O]."""
-    check_same_shape("example_losses", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("example_losses", pred=pred.shape, y=y.shape)
     return 0.5 * ((pred - y) ** 2).sum(dim=1)
 
 
@@ -58,7 +58,7 @@ def shard_loss(pred: torch.Tensor, y: torch.Tensor, mask: torch.Tensor, variant:
 def full_batch_grads(fx, variant: str) -> dict[str, np.ndarray]:
     """The single-device gradient of the full batch's objective (the mean, or the global masked mean)."""
     model = build_model(fx)
-    x, y, mask = tensor(fx, "x"), tensor(fx, "y"), tensor(fx, "mask")
+    x, y, mask = field(fx, "x"), field(fx, "y"), field(fx, "mask")
     e = example_losses(model(x), y)
     loss = (e * mask).sum() / mask.sum() if variant.startswith("masked") else e.mean()
     loss.backward()

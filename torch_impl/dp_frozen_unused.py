@@ -47,7 +47,7 @@ class Model(nn.Module):
 
 def build_model(fx) -> Model:
     """A Model loaded with the fixture's canonical parameters (the same on every rank)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(Model(fx.dims["D"], fx.dims["H"], fx.dims["O"], getattr(torch, fx.dtype)), params)
 
 
@@ -73,8 +73,8 @@ def data_parallel(model: Model, variant: str) -> DistributedDataParallel:
 
 def total_loss(pred: torch.Tensor, probe: torch.Tensor, y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """mean ½‖pred - y‖² plus the probe's mean ½(probe - t)², the latter detached. Raises ValueError on shapes."""
-    check_same_shape("total_loss", pred=tuple(pred.shape), y=tuple(y.shape))
-    check_same_shape("total_loss", probe=tuple(probe.shape), t=tuple(t.shape))
+    check_same_shape("total_loss", pred=pred.shape, y=y.shape)
+    check_same_shape("total_loss", probe=probe.shape, t=t.shape)
     probe_loss = 0.5 * ((probe - t) ** 2).mean()
     task = 0.5 * ((pred - y) ** 2).sum(dim=1).mean()
     return task + probe_loss.detach()  # GRAD-FLOW: the probe is reported in the loss, never trained

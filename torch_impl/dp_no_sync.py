@@ -21,7 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, scenario_run, tensor
+from ._common import MLP, field, scenario_run
 from ._distributed import data_mesh, gather_ranks, on_ranks, shard
 from ._layout import grads_of, load_params, params_of
 
@@ -39,7 +39,7 @@ __all__ = [
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (the same on every rank)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(MLP(fx.dims["D"], fx.dims["H"], fx.dims["O"], getattr(torch, fx.dtype)), params)
 
 
@@ -50,7 +50,7 @@ def micro_batches(fx, key: str) -> list[torch.Tensor]:
 
 def micro_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean ½‖pred - y‖² of one micro-batch. Raises ValueError unless pred and y are both [b, O]."""
-    check_same_shape("micro_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("micro_loss", pred=pred.shape, y=y.shape)
     return 0.5 * ((pred - y) ** 2).sum(dim=1).mean()
 
 
@@ -79,7 +79,7 @@ def accumulate(ddp: DistributedDataParallel, optimizer, xs, ys, variant: str) ->
 def full_batch_grads(fx) -> dict[str, np.ndarray]:
     """The single-device gradient of the mean loss over all B rows: what every round should step on."""
     model = build_model(fx)
-    micro_loss(model(tensor(fx, "x")), tensor(fx, "y")).backward()
+    micro_loss(model(field(fx, "x")), field(fx, "y")).backward()
     return grads_of(model)
 
 

@@ -24,7 +24,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import scenario_run, tensor
+from ._common import field, scenario_run
 from ._distributed import data_mesh, on_ranks, shard
 from ._layout import grads_of, load_params
 
@@ -49,7 +49,7 @@ class Model(nn.Module):
 
 def build_model(fx) -> Model:
     """A Model loaded with the fixture's canonical parameters (the probe starts at zero)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     model = Model(fx.dims["D"], fx.dims["H"], fx.dims["O"], getattr(torch, fx.dtype), fx.spec.constants["momentum"])
     return load_params(model, params)
 
@@ -72,7 +72,7 @@ def global_center(h: torch.Tensor, center0: torch.Tensor, m: float, variant: str
 
 def shard_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean ½‖pred - y‖² over this rank's rows. Raises ValueError unless pred and y are both [b, O]."""
-    check_same_shape("shard_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("shard_loss", pred=pred.shape, y=y.shape)
     return 0.5 * ((pred - y) ** 2).sum(dim=1).mean()
 
 
@@ -81,7 +81,7 @@ def run_rank(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx)
     # under the stop the probe gets no gradient: DDP must know (dp_frozen_unused)
     ddp = DistributedDataParallel(model, device_mesh=data_mesh(), find_unused_parameters=True)
-    pred, c = ddp(shard(fx, "x"), tensor(fx, "center"), variant)
+    pred, c = ddp(shard(fx, "x"), field(fx, "center"), variant)
     loss = shard_loss(pred, shard(fx, "y"))
     with warnings.catch_warnings():  # torch's warning about the in-place trap is the lesson; any other still counts
         warnings.filterwarnings("ignore", "c10d::allreduce_: an autograd kernel was not registered", UserWarning)

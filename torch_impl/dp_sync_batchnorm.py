@@ -22,7 +22,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import scenario_run, tensor
+from ._common import field, scenario_run
 from ._distributed import data_mesh, on_ranks, rank_gap, shard
 from ._layout import grads_of, load_params
 
@@ -62,7 +62,7 @@ class Model(nn.Module):
 def build_model(fx, variant: str) -> Model:
     """The Model of a variant, loaded with the fixture's canonical parameters, in training mode."""
     check_variant("dp_sync_batchnorm", variant)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     c = fx.spec.constants
     model = Model(
         fx.dims["D"],
@@ -78,14 +78,14 @@ def build_model(fx, variant: str) -> Model:
 
 def shard_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean ½‖pred - y‖² over this rank's rows. Raises ValueError unless pred and y are both [b, O]."""
-    check_same_shape("shard_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("shard_loss", pred=pred.shape, y=y.shape)
     return 0.5 * ((pred - y) ** 2).sum(dim=1).mean()
 
 
 def full_batch_grads(fx) -> dict[str, np.ndarray]:
     """The single-device gradient: plain BatchNorm over all B rows."""
     model = build_model(fx, "local_batchnorm")
-    shard_loss(model(tensor(fx, "x")), tensor(fx, "y")).backward()
+    shard_loss(model(field(fx, "x")), field(fx, "y")).backward()
     return grads_of(model)
 
 

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_rank, check_same_shape, check_scalar, check_values, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params, params_of
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "td_loss",
     "train_step",
     "soft_update",
+    "step_calls",
     "make_step",
     "run",
 ]
@@ -56,7 +57,7 @@ def build_networks(fx) -> tuple[QNetwork, QNetwork]:
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     nets = []
     for net in ("online", "target"):
-        params = {k.removeprefix(f"params/{net}/"): v for k, v in fx.items() if k.startswith(f"params/{net}/")}
+        params = fx.under(f"params/{net}")
         nets.append(load_params(QNetwork(d, h, a, getattr(torch, fx.dtype)), params))
     return nets[0], nets[1]
 
@@ -106,7 +107,7 @@ def td_loss(q_sa: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
       ValueError: q_sa and y differ in shape, e.g. [B, 1] vs [B], which would broadcast to [B, B] (P14).
     Reference: Mnih et al. 2015.
     """
-    check_same_shape("td_loss", q=tuple(q_sa.shape), target=tuple(y.shape))
+    check_same_shape("td_loss", q=q_sa.shape, target=y.shape)
     return 0.5 * torch.mean((y - q_sa) ** 2)
 
 
@@ -138,19 +139,18 @@ def soft_update(online: nn.Module, target: nn.Module, tau: float) -> nn.Module:
     return target
 
 
-@scenario_step("dqn_target")
-def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
-    """One SGD train_step of the online net (run's target updates are one-off, not per step); returns the TD loss."""
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one SGD train_step of the online net (run's target updates are one-off, not per step)."""
     online, target = build_networks(fx)
     optimizer = torch.optim.SGD(online.parameters(), lr=fx.scalar("lr"))
-    batch = {k: tensor(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
-    gamma = tensor(fx, "gamma")
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    return [StepCall(train_step, (online, target, optimizer), (batch, field(fx, "gamma")), {"variant": variant})]
 
-    def step() -> torch.Tensor:
-        loss, _, _ = train_step(online, target, optimizer, batch, gamma, variant)
-        return loss.detach()
 
-    return step
+@scenario_step("dqn_target")
+def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
+    """One SGD train_step of the online net; returns the TD loss before the update."""
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("dqn_target")
@@ -158,8 +158,8 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; td_errors, td_targets [B]; grads/{online,target}/<param>; params/{online,target_soft,target_hard}/<param>."""
     online, target = build_networks(fx)
     optimizer = torch.optim.SGD(online.parameters(), lr=fx.scalar("lr"))
-    batch = {k: tensor(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
-    loss, td, y = train_step(online, target, optimizer, batch, tensor(fx, "gamma"), variant)
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}
+    loss, td, y = train_step(online, target, optimizer, batch, field(fx, "gamma"), variant)
     out = {"loss": numpy(loss), "td_errors": numpy(td), "td_targets": numpy(y)}
     for net, module in (("online", online), ("target", target)):
         out.update({f"grads/{net}/{k}": g for k, g in grads_of(module).items()})  # .grad None -> 0 (P11)

@@ -20,10 +20,10 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params
 
-__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "make_step", "run"]
+__all__ = ["Regressor", "build_model", "feature_stats", "mse", "train_step", "step_calls", "make_step", "run"]
 
 DDOF = {"ported": 1, "population": 0, "detach_features": 1}
 
@@ -47,7 +47,7 @@ class Regressor(nn.Module):
 
 def build_model(fx) -> Regressor:
     """A Regressor loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(Regressor(d, h, o, getattr(torch, fx.dtype)), params)
 
@@ -67,7 +67,7 @@ def feature_stats(features: torch.Tensor, variant: str) -> tuple[torch.Tensor, t
 
 def mse(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean((pred - y)²) over pred [B, O] and y [B, O]. Raises ValueError on a shape mismatch."""
-    check_same_shape("mse", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("mse", pred=pred.shape, y=y.shape)
     return ((pred - y) ** 2).mean()
 
 
@@ -85,24 +85,24 @@ def train_step(model: Regressor, x: torch.Tensor, y: torch.Tensor, variant: str,
     return loss, grads_of(model), stats
 
 
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one monitored train_step of a model built from the fixture (the loss first)."""
+    model = build_model(fx)
+    x, y = field(fx, "x"), field(fx, "y")
+    return [StepCall(train_step, (model,), (x, y), {"variant": variant})]
+
+
 @scenario_step("feature_stats")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One monitored train_step: gradients and the stopped feature statistics (no update); returns the loss."""
-    model = build_model(fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
-
-    def step() -> torch.Tensor:
-        loss, _, _ = train_step(model, x, y, variant)
-        return loss.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("feature_stats")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/<param> (canonical); stats/mean, stats/std [H] of the stopped features."""
     model = build_model(fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     loss, grads, (mean, std) = train_step(model, x, y, variant)
     out = {"loss": numpy(loss), "stats/mean": numpy(mean), "stats/std": numpy(std)}
     out.update({f"grads/{k}": g for k, g in grads.items()})

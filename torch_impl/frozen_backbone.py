@@ -16,14 +16,13 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ..shared.core.checks import check_variant
+from ._common import StepCall, cross_entropy, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params, params_of
 
-__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "cross_entropy", "train_step", "make_step", "run"]
+__all__ = ["Backbone", "Classifier", "build_model", "make_optimizer", "train_step", "step_calls", "make_step", "run"]
 
 STOPPED = ("detach_features", "naive_stop_gradient")
 
@@ -58,7 +57,7 @@ class Classifier(nn.Module):
 
 def build_model(fx) -> Classifier:
     """A Classifier loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(Classifier(d, h, c, getattr(torch, fx.dtype)), params)
 
@@ -82,18 +81,6 @@ def make_optimizer(model: Classifier, fx, variant: str) -> torch.optim.AdamW:
     )
 
 
-def cross_entropy(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean softmax cross-entropy of logits [B, C] against int labels [B].
-
-    Raises ValueError unless logits is 2-D with the labels' batch size B and every label is in [0, C)
-    (out of range, torch raises IndexError and optax silently gives a wrong loss).
-    """
-    check_rank("cross_entropy", "logits", tuple(logits.shape), "BC")
-    check_same_shape("cross_entropy", logits_batch=tuple(logits.shape[:1]), labels=tuple(labels.shape))
-    check_values("cross_entropy", "labels", labels, low=0, high=logits.shape[-1], high_open=True)
-    return F.cross_entropy(logits, labels)
-
-
 def train_step(
     model: Classifier, optimizer: torch.optim.Optimizer, x: torch.Tensor, labels: torch.Tensor, variant: str
 ) -> torch.Tensor:
@@ -107,17 +94,18 @@ def train_step(
     return loss
 
 
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one AdamW train_step of a classifier built from the fixture (the loss)."""
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+    x, labels = field(fx, "x"), field(fx, "labels")
+    return [StepCall(train_step, (model, optimizer), (x, labels), {"variant": variant}, loss=())]
+
+
 @scenario_step("frozen_backbone")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One AdamW train_step of the classifier; returns the cross-entropy before the update."""
-    model = build_model(fx)
-    optimizer = make_optimizer(model, fx, variant)
-    x, labels = tensor(fx, "x"), tensor(fx, "labels")
-
-    def step() -> torch.Tensor:
-        return train_step(model, optimizer, x, labels, variant).detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("frozen_backbone")
@@ -126,7 +114,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     model = build_model(fx)
     optimizer = make_optimizer(model, fx, variant)
 
-    x, labels = tensor(fx, "x"), tensor(fx, "labels")
+    x, labels = field(fx, "x"), field(fx, "labels")
     before = params_of(model)
     for step in range(int(fx["steps"])):
         loss = train_step(model, optimizer, x, labels, variant)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_values, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params, params_of
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "generator_loss",
     "discriminator_step",
     "generator_step",
+    "step_calls",
     "make_step",
     "run",
 ]
@@ -62,7 +63,7 @@ class GAN(nn.Module):
 
 def build_model(fx) -> GAN:
     """A GAN loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(GAN(dims["Z"], dims["X"], dims["H"], dims["O"], getattr(torch, fx.dtype)), params)
 
@@ -80,7 +81,7 @@ def bce_with_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
     Raises ValueError on a shape mismatch or a label outside [0, 1].
     """
-    check_same_shape("bce_with_logits", logits=tuple(logits.shape), labels=tuple(labels.shape))
+    check_same_shape("bce_with_logits", logits=logits.shape, labels=labels.shape)
     check_values("bce_with_logits", "labels", labels, low=0.0, high=1.0)
     return F.binary_cross_entropy_with_logits(logits, labels)
 
@@ -124,19 +125,21 @@ def generator_step(model: GAN, g_opt: torch.optim.Adam, z: torch.Tensor):
     return loss, grads
 
 
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one discriminator_step, then one generator_step, of a model built from the fixture."""
+    model = build_model(fx)
+    d_opt, g_opt = make_optimizers(model, fx)
+    real, z = field(fx, "real"), field(fx, "z")
+    return [
+        StepCall(discriminator_step, (model, d_opt), (real, z), {"variant": variant}),
+        StepCall(generator_step, (model, g_opt), (z,)),
+    ]
+
+
 @scenario_step("gan")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One discriminator_step then one generator_step (Adam each); returns L_D + L_G, each before its update."""
-    model = build_model(fx)
-    d_opt, g_opt = make_optimizers(model, fx)
-    real, z = tensor(fx, "real"), tensor(fx, "z")
-
-    def step() -> torch.Tensor:
-        d_loss, _ = discriminator_step(model, d_opt, real, z, variant)
-        g_loss, _ = generator_step(model, g_opt, z)
-        return (d_loss + g_loss).detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("gan")
@@ -145,7 +148,7 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     s/moved/<param> = after - before."""
     model = build_model(fx)
     d_opt, g_opt = make_optimizers(model, fx)
-    real, z = tensor(fx, "real"), tensor(fx, "z")
+    real, z = field(fx, "real"), field(fx, "z")
     start = params_of(model)
     d_loss, d_grads = discriminator_step(model, d_opt, real, z, variant)
     mid = params_of(model)

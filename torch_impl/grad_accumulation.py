@@ -15,37 +15,24 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import MLP, field, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
-__all__ = ["MLP", "build_model", "mse", "micro_batches", "accumulate_grads", "run"]
-
-
-class MLP(nn.Module):
-    """pred [N] = l2(tanh(l1(x [N, D])))."""
-
-    def __init__(self, d: int, h: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, 1, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x))).squeeze(-1)
+__all__ = ["build_model", "mse", "micro_batches", "accumulate_grads", "make_optimizer", "run"]
 
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
-    return load_params(MLP(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
+    params = fx.under("params")
+    return load_params(MLP(fx.dims["D"], fx.dims["H"], 1, getattr(torch, fx.dtype)), params)
 
 
 def mse(model: MLP, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean((pred − y)²) over a (micro-)batch x [M, D], y [M]. Raises ValueError unless pred and y are both [M]."""
-    pred = model(x)
-    check_same_shape("mse", pred=tuple(pred.shape), y=tuple(y.shape))
+    pred = model(x).squeeze(-1)  # [M]
+    check_same_shape("mse", pred=pred.shape, y=y.shape)
     return torch.mean((pred - y) ** 2)
 
 
@@ -77,17 +64,23 @@ def accumulate_grads(
     return grads
 
 
+def make_optimizer(model: MLP, fx, variant: str) -> torch.optim.SGD:
+    """SGD(lr) over every parameter: backward accumulates into .grad, so one step per cycle applies the sum."""
+    check_variant("grad_accumulation", variant)
+    return torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
+
+
 @scenario_run("grad_accumulation")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] (full batch, before); grads/<param> of the first cycle; full_grads/<param> (one backward
     over the full batch); gap/<param> = grads − full_grads; params/<param> after `steps` cycles."""
     model = build_model(fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     loss = mse(model, x, y)
     loss.backward()  # the reference: the full-batch gradient
     full = grads_of(model)
     model.zero_grad(set_to_none=True)
-    optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
+    optimizer = make_optimizer(model, fx, variant)
     batches = micro_batches(x, y, fx.spec.constants["micro_batches"], variant)
     for step in range(int(fx["steps"])):
         grads = accumulate_grads(model, optimizer, batches, variant)

@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
-__all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "run"]
+__all__ = ["Critic", "WGAN", "build_model", "interpolates", "gradient_penalty", "critic_loss", "loss_and_grads", "run"]
 
 
 class Critic(nn.Module):
@@ -48,14 +48,14 @@ class WGAN(nn.Module):
 
 def build_model(fx) -> WGAN:
     """A WGAN loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(WGAN(dims["Z"], dims["X"], dims["H"], dims["O"], getattr(torch, fx.dtype)), params)
 
 
 def interpolates(real: torch.Tensor, fake: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
     """x̂ = ε·real + (1 − ε)·fake of real, fake [B, X] and ε [B, 1]. Raises ValueError on a shape mismatch."""
-    check_same_shape("interpolates", real=tuple(real.shape), fake=tuple(fake.shape))
+    check_same_shape("interpolates", real=real.shape, fake=fake.shape)
     return eps * real + (1 - eps) * fake
 
 
@@ -87,15 +87,21 @@ def critic_loss(model: WGAN, batch: dict[str, torch.Tensor], gp_weight: float, v
     return wasserstein + gp_weight * penalty, (wasserstein, gp_weight * penalty, norms)
 
 
+def loss_and_grads(model: WGAN, batch: dict[str, torch.Tensor], gp_weight: float, variant: str):
+    """(L [], (wasserstein [], penalty [], norms [B]), canonical gradients of L)."""
+    loss, aux = critic_loss(model, batch, gp_weight, variant)
+    model.zero_grad(set_to_none=True)
+    loss.backward()
+    return loss, aux, grads_of(model)  # .grad None -> 0 (P11)
+
+
 @scenario_run("gradient_penalty")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, loss/{wasserstein,penalty} []; grad_norms [B]; grads/<param> of L (generator and critic)."""
     model = build_model(fx)
-    batch = {k: tensor(fx, k) for k in ("real", "z", "eps")}
-    loss, (wasserstein, penalty, norms) = critic_loss(model, batch, fx.scalar("gp_weight"), variant)
-    model.zero_grad(set_to_none=True)
-    loss.backward()
+    batch = {k: field(fx, k) for k in ("real", "z", "eps")}
+    loss, (wasserstein, penalty, norms), grads = loss_and_grads(model, batch, fx.scalar("gp_weight"), variant)
     out = {"loss": numpy(loss), "loss/wasserstein": numpy(wasserstein), "loss/penalty": numpy(penalty)}
     out["grad_norms"] = numpy(norms)
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})  # .grad None -> 0 (P11)
+    out.update({f"grads/{k}": g for k, g in grads.items()})
     return out

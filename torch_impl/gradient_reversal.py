@@ -20,10 +20,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._common import field, grads_or_zeros, numpy, scenario_run
 from ._layout import load_params, params_of
 
-__all__ = ["DANN", "build_model", "reverse_gradient", "clip_gradient", "domain_input", "dann_losses", "run"]
+__all__ = [
+    "DANN",
+    "build_model",
+    "reverse_gradient",
+    "clip_gradient",
+    "domain_input",
+    "dann_losses",
+    "losses_and_grads",
+    "run",
+]
 
 
 class DANN(nn.Module):
@@ -38,7 +47,7 @@ class DANN(nn.Module):
 
 def build_model(fx) -> DANN:
     """A DANN loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(DANN(dims["D"], dims["H"], dims["C"], dims["O"], getattr(torch, fx.dtype)), params)
 
@@ -105,8 +114,21 @@ def dann_losses(model: DANN, batch: dict[str, torch.Tensor], hyper: dict[str, to
     label = (F.cross_entropy(model.label(h), batch["labels"], reduction="none") * source).sum() / source.sum()
     reversed_h = domain_input(h, hyper, variant)
     logit = model.domain(reversed_h)[:, 0]  # [B]
-    check_same_shape("dann_losses", domain_logit=tuple(logit.shape), domains=tuple(batch["domains"].shape))
+    check_same_shape("dann_losses", domain_logit=logit.shape, domains=batch["domains"].shape)
     return label, F.binary_cross_entropy_with_logits(logit, batch["domains"]), h, reversed_h
+
+
+def losses_and_grads(model: DANN, batch: dict, hyper: dict, names: tuple[str, ...], variant: str):
+    """(label loss [], domain loss [], {loss: canonical parameter gradients}, d domain / d R(h) at the head [B, H],
+    d domain / dh the features receive [B, H], {name: d domain / d hyper[name]} for `names`, which require grad)."""
+    label, domain, h, reversed_h = dann_losses(model, batch, hyper, variant)
+    params = dict(model.named_parameters())
+    grads = {}
+    for name, loss in (("label_loss", label), ("domain_loss", domain)):
+        g = grads_or_zeros(loss, list(params.values()), retain_graph=True)
+        grads[name] = params_of(model, dict(zip(params, g, strict=True)))
+    received, head, *hyper_grads = grads_or_zeros(domain, [h, reversed_h, *(hyper[k] for k in names)])
+    return label, domain, grads, head, received, dict(zip(names, hyper_grads, strict=True))
 
 
 @scenario_run("gradient_reversal")
@@ -114,16 +136,13 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss/{label,domain} []; grads/{label_loss,domain_loss}/<param>; feature_grads/{head,received}
     [B, H]; grads/hyper/<name> [] for the λ or the bounds the variant uses."""
     model = build_model(fx)
-    batch = {k: tensor(fx, k) for k in ("x", "labels", "domains")}
+    batch = {k: field(fx, k) for k in ("x", "labels", "domains")}
     names = fx.spec.constants["hyper"][variant]  # the hyper-parameters the variant's op takes
-    hyper = {k: tensor(fx, k, requires_grad=k in names) for k in ("lam", "clip_lo", "clip_hi")}
-    label, domain, h, reversed_h = dann_losses(model, batch, hyper, variant)
+    hyper = {k: field(fx, k, requires_grad=k in names) for k in ("lam", "clip_lo", "clip_hi")}
+    label, domain, grads, head, received, hyper_grads = losses_and_grads(model, batch, hyper, tuple(names), variant)
     out = {"loss/label": numpy(label), "loss/domain": numpy(domain)}
-    params = dict(model.named_parameters())
-    for name, loss in (("label_loss", label), ("domain_loss", domain)):
-        grads = grads_or_zeros(loss, list(params.values()), retain_graph=True)
-        out.update({f"grads/{name}/{k}": v for k, v in params_of(model, dict(zip(params, grads, strict=True))).items()})
-    received, head, *hyper_grads = grads_or_zeros(domain, [h, reversed_h, *(hyper[k] for k in names)])
+    for name, g in grads.items():
+        out.update({f"grads/{name}/{k}": v for k, v in g.items()})
     out.update({"feature_grads/head": numpy(head), "feature_grads/received": numpy(received)})
-    out.update({f"grads/hyper/{k}": numpy(g) for k, g in zip(names, hyper_grads, strict=True)})
+    out.update({f"grads/hyper/{k}": numpy(g) for k, g in hyper_grads.items()})
     return out

@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._common import field, grads_or_zeros, scenario_run
 from ._layout import load_params, params_of
 
-__all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "run"]
+__all__ = ["gumbel_softmax", "one_hot_sample", "sample_categories", "decoder_loss", "sample_and_grads", "run"]
 
 
 def gumbel_softmax(logits: torch.Tensor, gumbels: torch.Tensor, tau: float, hard: bool) -> torch.Tensor:
@@ -30,7 +30,7 @@ def gumbel_softmax(logits: torch.Tensor, gumbels: torch.Tensor, tau: float, hard
     Raises ValueError if logits and gumbels differ in shape, or tau <= 0.
     """
     check_scalar("gumbel_softmax", "tau", tau, 0.0, low_open=True)
-    check_same_shape("gumbel_softmax", logits=tuple(logits.shape), gumbels=tuple(gumbels.shape))
+    check_same_shape("gumbel_softmax", logits=logits.shape, gumbels=gumbels.shape)
     y_soft = ((logits + gumbels) / tau).softmax(dim=-1)
     if not hard:
         return y_soft
@@ -60,8 +60,19 @@ def sample_categories(logits: torch.Tensor, gumbels: torch.Tensor, tau: float, v
 def decoder_loss(decoder: nn.Linear, y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """0.5·mean((decoder(y [B, C]) − target [B, K])²). Raises ValueError on a shape mismatch."""
     decoded = decoder(y)
-    check_same_shape("decoder_loss", decoded=tuple(decoded.shape), target=tuple(target.shape))
+    check_same_shape("decoder_loss", decoded=decoded.shape, target=target.shape)
     return 0.5 * ((decoded - target) ** 2).mean()
+
+
+def sample_and_grads(decoder: nn.Linear, logits, gumbels, tau, target, variant: str):
+    """(sample y [B, C], soft sample [B, C], index [B] int32, loss [], d loss / d logits [B, C], canonical
+    decoder gradients) of the decoder's loss on the sample; logits require grad."""
+    y = sample_categories(logits, gumbels, tau, variant)
+    loss = decoder_loss(decoder, y, target)
+    g_logits, *g_decoder = grads_or_zeros(loss, [logits, decoder.weight, decoder.bias])
+    soft = ((logits + gumbels) / tau).softmax(dim=-1)
+    g_decoder = params_of(decoder, dict(zip(("weight", "bias"), g_decoder, strict=True)))
+    return y, soft, soft.argmax(dim=-1).to(torch.int32), loss, g_logits, g_decoder
 
 
 @scenario_run("gumbel_straight_through")
@@ -72,13 +83,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
         nn.Linear(c, k, dtype=getattr(torch, fx.dtype)),
         {"kernel": fx["params/decoder/kernel"], "bias": fx["params/decoder/bias"]},
     )
-    logits, gumbels, tau = tensor(fx, "logits", requires_grad=True), tensor(fx, "gumbels"), fx.scalar("tau")
-    y = sample_categories(logits, gumbels, tau, variant)
-    loss = decoder_loss(decoder, y, tensor(fx, "target"))
-    g_logits, *g_decoder = grads_or_zeros(loss, [logits, decoder.weight, decoder.bias])
-    soft = ((logits + gumbels) / tau).softmax(dim=-1)
-    out = {"sample": numpy(y), "soft_sample": numpy(soft), "index": numpy(soft.argmax(dim=-1).to(torch.int32))}
-    out.update(loss=numpy(loss), **{"grads/logits": numpy(g_logits)})
-    tensors = dict(zip(("weight", "bias"), g_decoder, strict=True))
-    out.update({f"grads/decoder/{name}": v for name, v in params_of(decoder, tensors).items()})
+    logits, gumbels, tau = field(fx, "logits", requires_grad=True), field(fx, "gumbels"), fx.scalar("tau")
+    y, soft, index, loss, g_logits, g_decoder = sample_and_grads(
+        decoder, logits, gumbels, tau, field(fx, "target"), variant
+    )
+    out = {"sample": y, "soft_sample": soft, "index": index}
+    out.update(loss=loss, **{"grads/logits": g_logits})
+    out.update({f"grads/decoder/{name}": v for name, v in g_decoder.items()})
     return out

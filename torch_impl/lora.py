@@ -20,10 +20,20 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params, params_of
 
-__all__ = ["LoRALinear", "Model", "build_model", "make_optimizer", "merged_kernel", "train_step", "make_step", "run"]
+__all__ = [
+    "LoRALinear",
+    "Model",
+    "build_model",
+    "make_optimizer",
+    "merged_kernel",
+    "train_step",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 ADAPTER = ("lora_a", "lora_b")
 
@@ -70,22 +80,25 @@ def build_model(fx) -> Model:
 
     The adapter's A [D, R] and B [R, H] are plain tensors in the canonical layout (no transpose).
     """
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, r, h, o = (fx.dims[k] for k in "DRHO")
     model = Model(d, r, h, o, fx.scalar("lora_alpha") / r, getattr(torch, fx.dtype))
     load_params(model, {k: v for k, v in params.items() if "/adapter/" not in k})
     for name in ADAPTER:
-        setattr(model.l1.adapter, name, nn.Parameter(tensor(fx, f"params/l1/adapter/{name}")))
+        setattr(model.l1.adapter, name, nn.Parameter(field(fx, f"params/l1/adapter/{name}")))
     for module in (model.l1.base, model.l2):
         module.requires_grad_(False)  # GRAD-FLOW: the base is frozen: no gradient, no AdamW state, no weight decay
     return model
 
 
-def make_optimizer(model: Model, fx) -> torch.optim.AdamW:
-    """AdamW over the parameters that require grad: the adapter."""
-    hyper = {k: fx.scalar(k) for k in ("lr", "eps", "weight_decay")}
-    trainable = [p for p in model.parameters() if p.requires_grad]  # GRAD-FLOW: only the adapter is given to AdamW
-    return torch.optim.AdamW(trainable, betas=(fx.scalar("b1"), fx.scalar("b2")), **hyper)
+def make_optimizer(model: Model, fx, variant: str) -> torch.optim.AdamW:
+    """AdamW over the parameters that require grad: the adapter (in both variants: torch has no filter to get wrong)."""
+    check_variant("lora", variant)
+    hyper = {k: fx.scalar(k) for k in ("eps", "weight_decay")}
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(
+        trainable, fx.scalar("lr"), betas=(fx.scalar("b1"), fx.scalar("b2")), **hyper
+    )  # GRAD-FLOW: only the adapter is given to AdamW
 
 
 def merged_kernel(layer: LoRALinear) -> torch.Tensor:
@@ -94,14 +107,15 @@ def merged_kernel(layer: LoRALinear) -> torch.Tensor:
         return layer.base.weight.T + layer.scale * layer.adapter.lora_a @ layer.adapter.lora_b
 
 
-def train_step(model: Model, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def train_step(model: Model, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, variant: str):
     """One AdamW step on mean((pred − y)²); returns the loss before the step. `.grad` keeps the gradients.
 
     Raises ValueError unless pred and y are both [B, O].
     """
+    check_variant("lora", variant)
     optimizer.zero_grad(set_to_none=True)
     pred = model(x)
-    check_same_shape("train_step", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("train_step", pred=pred.shape, y=y.shape)
     loss = torch.mean((pred - y) ** 2)
     loss.backward()
     optimizer.step()
@@ -115,14 +129,18 @@ def _params(model: Model) -> dict[str, np.ndarray]:
     }  # a copy: AdamW writes in place
 
 
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one AdamW train_step of the adapter of a model built from the fixture."""
+    model = build_model(fx)
+    optimizer = make_optimizer(model, fx, variant)
+    x, y = field(fx, "x"), field(fx, "y")
+    return [StepCall(train_step, (model, optimizer), (x, y), {"variant": variant}, loss=())]
+
+
 @scenario_step("lora")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One AdamW train_step of the adapter; returns the loss before the update."""
-    check_variant("lora", variant)
-    model = build_model(fx)
-    optimizer = make_optimizer(model, fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
-    return lambda: train_step(model, optimizer, x, y).detach()
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("lora")
@@ -131,11 +149,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     merged/l1/kernel = W + s·A B after `steps`."""
     check_variant("lora", variant)
     model = build_model(fx)
-    optimizer = make_optimizer(model, fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    optimizer = make_optimizer(model, fx, variant)
+    x, y = field(fx, "x"), field(fx, "y")
     before = _params(model)
     for step in range(int(fx["steps"])):
-        loss = train_step(model, optimizer, x, y)
+        loss = train_step(model, optimizer, x, y, variant)
         if step == 0:
             adapter = {f"l1/adapter/{k}": numpy(getattr(model.l1.adapter, k).grad).copy() for k in ADAPTER}
             loss0, grads0 = numpy(loss), {**grads_of(model), **adapter}  # .grad None -> zeros (P11)

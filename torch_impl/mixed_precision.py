@@ -20,18 +20,20 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import field, numpy, scenario_run, scenario_step
 from ._layout import grads_of, load_params, params_of
 
 __all__ = [
     "Regressor",
     "build_model",
     "autocast",
+    "linear",
     "mse",
     "LossScale",
     "make_scaler",
     "make_optimizer",
     "train_step",
+    "NO_STEP_CALLS",
     "make_step",
     "run",
 ]
@@ -51,7 +53,7 @@ class Regressor(nn.Module):
 
 def build_model(fx) -> Regressor:
     """A Regressor whose master weights are the fixture's canonical parameters (fixture dtype)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, o = fx.dims["D"], fx.dims["H"], fx.dims["O"]
     return load_params(Regressor(d, h, o, getattr(torch, fx.dtype)), params)
 
@@ -61,9 +63,18 @@ def autocast(enabled: bool = True) -> torch.autocast:
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled)
 
 
+def linear(layer: nn.Linear, x: torch.Tensor, enabled: bool = True) -> torch.Tensor:
+    """A Linear layer as torch's autocast runs it: bf16 operands, float32 sums, one rounding to bf16 [B, out].
+
+    enabled False or float64 operands: the plain x @ weight.T + bias in their dtype.
+    """
+    with autocast(enabled):
+        return layer(x)
+
+
 def mse(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """mean((pred - y)²) in y's dtype; pred [B, O] (any float dtype), y [B, O]. Raises ValueError on a shape mismatch."""
-    check_same_shape("mse", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("mse", pred=pred.shape, y=y.shape)
     return ((pred.to(y.dtype) - y) ** 2).mean()
 
 
@@ -153,10 +164,15 @@ def train_step(model, optimizer, scaler, x, y, poison: float):
     return loss, grads, _adam_count(optimizer) == before
 
 
+# no step_calls (the bench's tuned forms tune fixed calls): the JAX step is a pure jax.jit whose
+# state (parameters, Adam state, loss scale) passes from one call to the next
+NO_STEP_CALLS = "its step threads the parameters, the Adam state and the loss scale from call to call"
+
+
 @scenario_step("mixed_precision")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One loss-scaled bf16 train_step (Adam, scale update), no injected overflow; returns the unscaled loss."""
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     model = build_model(fx)
     optimizer, scaler = make_optimizer(model, fx, variant), make_scaler(fx, variant)
 
@@ -171,7 +187,7 @@ def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/, grads_full/<param> of step 1 (autocast on / off); params/<param> after
     `steps`; scale [steps] int64 after each update; skipped [steps] bool; optimizer_steps [] int64."""
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    x, y = field(fx, "x"), field(fx, "y")
     model = build_model(fx)
     grads_full = _full_grads(model, x, y)
     optimizer, scaler = make_optimizer(model, fx, variant), make_scaler(fx, variant)

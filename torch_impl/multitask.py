@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_rank, check_same_shape, check_values, check_variant
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params
 
-__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "make_step", "run"]
+__all__ = ["MultiTaskNet", "build_model", "task_losses", "loss_and_grads", "step_calls", "make_step", "run"]
 
 
 class MultiTaskNet(nn.Module):
@@ -48,7 +48,7 @@ class MultiTaskNet(nn.Module):
 
 def build_model(fx) -> MultiTaskNet:
     """A MultiTaskNet loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, c = fx.dims["D"], fx.dims["H"], fx.dims["C"]
     return load_params(MultiTaskNet(d, h, c, getattr(torch, fx.dtype)), params)
 
@@ -63,9 +63,9 @@ def task_losses(
         outside [0, C) (torch raises IndexError, optax silently gives a wrong loss).
     Reference: Caruana 1997.
     """
-    check_same_shape("task_losses", pred1=tuple(pred1.shape), y1=tuple(y1.shape))
-    check_rank("task_losses", "logits2", tuple(logits2.shape), "BC")
-    check_same_shape("task_losses", logits2_batch=tuple(logits2.shape[:1]), labels=tuple(labels.shape))
+    check_same_shape("task_losses", pred1=pred1.shape, y1=y1.shape)
+    check_rank("task_losses", "logits2", logits2.shape, "BC")
+    check_same_shape("task_losses", logits2_batch=logits2.shape[:1], labels=labels.shape)
     check_values("task_losses", "labels", labels, low=0, high=logits2.shape[-1], high_open=True)
     return F.mse_loss(pred1, y1), F.cross_entropy(logits2, labels)
 
@@ -83,24 +83,24 @@ def loss_and_grads(
     return total, (loss1, loss2), grads_of(model)
 
 
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: one loss_and_grads of a model built from the fixture (the total first)."""
+    model = build_model(fx)
+    x, y1, labels = field(fx, "x"), field(fx, "y1"), field(fx, "labels")
+    return [StepCall(loss_and_grads, (model,), (x, y1, labels), {"variant": variant})]
+
+
 @scenario_step("multitask")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """One backward of loss1 + loss2 (loss_and_grads, no update: run takes none); returns the total."""
-    model = build_model(fx)
-    x, y1, labels = tensor(fx, "x"), tensor(fx, "y1"), tensor(fx, "labels")
-
-    def step() -> torch.Tensor:
-        total, _, _ = loss_and_grads(model, x, y1, labels, variant)
-        return total.detach()
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("multitask")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss, loss_task1, loss_task2 []; grads/<param> of the total loss (trunk, head1, head2)."""
     model = build_model(fx)
-    x, y1, labels = tensor(fx, "x"), tensor(fx, "y1"), tensor(fx, "labels")
+    x, y1, labels = field(fx, "x"), field(fx, "y1"), field(fx, "labels")
     total, (loss1, loss2), grads = loss_and_grads(model, x, y1, labels, variant)
     out = {"loss": numpy(total), "loss_task1": numpy(loss1), "loss_task2": numpy(loss2)}
     out.update({f"grads/{k}": g for k, g in grads.items()})

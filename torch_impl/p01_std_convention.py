@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 
-__all__ = ["row_std", "run"]
+__all__ = ["row_std", "std_and_grad", "run"]
 
 
 def row_std(x: torch.Tensor, variant: str) -> torch.Tensor:
@@ -25,10 +25,16 @@ def row_std(x: torch.Tensor, variant: str) -> torch.Tensor:
     return x.std(dim=-1)
 
 
+def std_and_grad(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row_std(x) [R], d sum(std) / dx [R, N]); x requires grad."""
+    check_variant("p01_std_convention", variant)
+    std = row_std(x, variant)
+    (grad,) = torch.autograd.grad(std.sum(), [x])  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
+    return std, grad
+
+
 @scenario_run("p01_std_convention")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: std [R]; grads/x [R, N] = d sum(std) / dx."""
-    x = tensor(fx, "x", requires_grad=True)
-    std = row_std(x, variant)
-    (grad,) = torch.autograd.grad(std.sum(), [x])  # GRAD-FLOW: d sum(std) / dx through the mean and the N − 1 divisor
-    return {"std": numpy(std), "grads/x": numpy(grad)}
+    std, grad = std_and_grad(field(fx, "x", requires_grad=True), variant)
+    return {"std": std, "grads/x": grad}

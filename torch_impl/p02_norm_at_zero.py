@@ -14,9 +14,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 
-__all__ = ["norm", "sq_norm", "penalized", "run"]
+__all__ = ["norm", "sq_norm", "penalized", "norm_and_grads", "run"]
 
 
 def norm(x: torch.Tensor, variant: str) -> torch.Tensor:
@@ -37,22 +37,23 @@ def penalized(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> tor
     Raises ValueError on a shape mismatch, a λ < 0 or an unknown variant.
     """
     check_variant("p02_norm_at_zero", variant)
-    check_same_shape("penalized", x=tuple(x.shape), t=tuple(t.shape))
+    check_same_shape("penalized", x=x.shape, t=t.shape)
     check_scalar("penalized", "lam", lam, 0.0)  # a negative λ rewards a large norm
     return 0.5 * ((x - t) ** 2).sum() + lam * norm(x, variant)
+
+
+def norm_and_grads(x: torch.Tensor, t: torch.Tensor, lam: float, variant: str) -> dict[str, torch.Tensor]:
+    """norm [] and the gradients of norm, sq_norm and penalized at x [N]; x requires grad."""
+    check_variant("p02_norm_at_zero", variant)
+    return {
+        "norm": norm(x, variant),
+        "grads/norm": torch.autograd.grad(norm(x, variant), [x])[0],
+        "grads/sq_norm": torch.autograd.grad(sq_norm(x, variant), [x])[0],
+        "grads/penalized": torch.autograd.grad(penalized(x, t, lam, variant), [x])[0],
+    }
 
 
 @scenario_run("p02_norm_at_zero")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: norm []; grads/norm, grads/sq_norm, grads/penalized [N], all taken at x."""
-    x, t = tensor(fx, "x", requires_grad=True), tensor(fx, "t")
-    value = norm(x, variant)
-    (g_norm,) = torch.autograd.grad(value, [x])
-    (g_sq,) = torch.autograd.grad(sq_norm(x, variant), [x])
-    (g_pen,) = torch.autograd.grad(penalized(x, t, fx.scalar("lam"), variant), [x])
-    return {
-        "norm": numpy(value),
-        "grads/norm": numpy(g_norm),
-        "grads/sq_norm": numpy(g_sq),
-        "grads/penalized": numpy(g_pen),
-    }
+    return norm_and_grads(field(fx, "x", requires_grad=True), field(fx, "t"), fx.scalar("lam"), variant)

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_scalar, check_variant, is_traced
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 
-__all__ = ["l1", "clamp", "run"]
+__all__ = ["l1", "clamp", "values_and_grads", "run"]
 
 
 def l1(x: torch.Tensor, variant: str) -> torch.Tensor:
@@ -38,12 +38,18 @@ def clamp(x: torch.Tensor, lo: float, hi: float, variant: str) -> torch.Tensor:
     return x.clamp(lo, hi)  # GRAD-FLOW: clamp' = 1 on the bounds, torch's subgradient
 
 
+def values_and_grads(x: torch.Tensor, lo: float, hi: float, variant: str) -> dict[str, torch.Tensor]:
+    """l1 [], clamped [N] and the gradients of l1 and sum(clamped) at x [N]; x requires grad."""
+    check_variant("p03_subgradient_kinks", variant)
+    return {
+        "l1": l1(x, variant),
+        "clamped": clamp(x, lo, hi, variant),
+        "grads/l1": torch.autograd.grad(l1(x, variant), [x])[0],
+        "grads/clamp": torch.autograd.grad(clamp(x, lo, hi, variant).sum(), [x])[0],
+    }
+
+
 @scenario_run("p03_subgradient_kinks")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: l1 []; clamped [N]; grads/l1, grads/clamp [N] (d sum / dx)."""
-    x = tensor(fx, "x", requires_grad=True)
-    value = l1(x, variant)
-    clamped = clamp(x, fx.scalar("lo"), fx.scalar("hi"), variant)
-    (g_l1,) = torch.autograd.grad(value, [x])
-    (g_clamp,) = torch.autograd.grad(clamped.sum(), [x])
-    return {"l1": numpy(value), "clamped": numpy(clamped), "grads/l1": numpy(g_l1), "grads/clamp": numpy(g_clamp)}
+    return values_and_grads(field(fx, "x", requires_grad=True), fx.scalar("lo"), fx.scalar("hi"), variant)

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 
 from ..shared.core.checks import check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 
-__all__ = ["gelu", "run"]
+__all__ = ["gelu", "gelu_and_grad", "run"]
 
 
 def gelu(x: torch.Tensor, variant: str) -> torch.Tensor:
@@ -26,10 +26,16 @@ def gelu(x: torch.Tensor, variant: str) -> torch.Tensor:
     return F.gelu(x)
 
 
+def gelu_and_grad(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(gelu(x) [N], gelu'(x) [N]); x requires grad."""
+    check_variant("p04_gelu", variant)
+    y = gelu(x, variant)
+    (grad,) = torch.autograd.grad(y.sum(), [x])  # GRAD-FLOW: elementwise derivative of the activation
+    return y, grad
+
+
 @scenario_run("p04_gelu")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [N] = gelu(x); grads/x [N] = gelu'(x)."""
-    x = tensor(fx, "x", requires_grad=True)
-    y = gelu(x, variant)
-    (grad,) = torch.autograd.grad(y.sum(), [x])  # GRAD-FLOW: elementwise derivative of the activation
-    return {"y": numpy(y), "grads/x": numpy(grad)}
+    y, grad = gelu_and_grad(field(fx, "x", requires_grad=True), variant)
+    return {"y": y, "grads/x": grad}

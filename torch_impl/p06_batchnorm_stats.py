@@ -17,36 +17,44 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 from ._layout import load_params
 
-__all__ = ["make_batch_norm", "run"]
+__all__ = ["make_batch_norm", "train_and_eval", "run"]
 
 
 def make_batch_norm(fx, variant: str) -> nn.BatchNorm1d:
     """nn.BatchNorm1d(F, momentum=m) with the fixture's scale, bias and running statistics."""
     check_variant("p06_batchnorm_stats", variant)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     bn = nn.BatchNorm1d(fx.dims["F"], momentum=fx.scalar("momentum"), dtype=getattr(torch, fx.dtype))
     load_params(bn, params)
-    bn.running_mean.copy_(tensor(fx, "running_mean"))  # buffers: requires_grad False, nothing recorded
-    bn.running_var.copy_(tensor(fx, "running_var"))
+    bn.running_mean.copy_(field(fx, "running_mean"))  # buffers: requires_grad False, nothing recorded
+    bn.running_var.copy_(field(fx, "running_var"))
     return bn
+
+
+def train_and_eval(bn: nn.BatchNorm1d, x: torch.Tensor, c: torch.Tensor, x_eval: torch.Tensor):
+    """One training batch, then evaluation: (train_out [B, F], d sum(c * train_out) / dx [B, F], eval_out [E, F]).
+
+    The training batch updates the running statistics in place; evaluation reads them. x requires grad.
+    """
+    train_out = bn.train()(x)  # GRAD-FLOW: running statistics are buffers, never parameters
+    check_same_shape("weighted_sum", c=c.shape, out=train_out.shape)
+    (c * train_out).sum().backward()  # GRAD-FLOW: through the batch statistics, not the running ones
+    return train_out, x.grad, bn.eval()(x_eval)
 
 
 @scenario_run("p06_batchnorm_stats")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: train_out, grads/x [B, F]; running_mean, running_var [F] after one batch; eval_out [E, F]."""
     bn = make_batch_norm(fx, variant)
-    x, c = tensor(fx, "x", requires_grad=True), tensor(fx, "c")
-    train_out = bn.train()(x)  # GRAD-FLOW: running statistics are buffers, never parameters
-    check_same_shape("weighted_sum", c=tuple(c.shape), out=tuple(train_out.shape))
-    (c * train_out).sum().backward()  # GRAD-FLOW: through the batch statistics, not the running ones
-    eval_out = bn.eval()(tensor(fx, "x_eval"))
+    x = field(fx, "x", requires_grad=True)
+    train_out, grad_x, eval_out = train_and_eval(bn, x, field(fx, "c"), field(fx, "x_eval"))
     return {
-        "train_out": numpy(train_out),
-        "grads/x": numpy(x.grad),
-        "running_mean": numpy(bn.running_mean),
-        "running_var": numpy(bn.running_var),
-        "eval_out": numpy(eval_out),
+        "train_out": train_out,
+        "grads/x": grad_x,
+        "running_mean": bn.running_mean,
+        "running_var": bn.running_var,
+        "eval_out": eval_out,
     }

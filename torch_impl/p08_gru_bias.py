@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 
-__all__ = ["make_cell", "unroll", "run"]
+__all__ = ["make_cell", "unroll", "states_and_grads", "run"]
 
 
 def make_cell(fx, variant: str) -> nn.GRUCell:
@@ -33,7 +33,7 @@ def make_cell(fx, variant: str) -> nn.GRUCell:
         raise ValueError(f"p08_gru_bias: state_dict rows G expected 3H = {3 * h}, got {g}")
     cell = nn.GRUCell(fx.dims["I"], h, dtype=getattr(torch, fx.dtype))
     names = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-    cell.load_state_dict({k: tensor(fx, f"state_dict/{k}") for k in names})
+    cell.load_state_dict({k: field(fx, f"state_dict/{k}") for k in names})
     return cell
 
 
@@ -46,12 +46,17 @@ def unroll(cell: nn.GRUCell, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     return torch.stack(hs)
 
 
+def states_and_grads(cell: nn.GRUCell, x: torch.Tensor, h0: torch.Tensor, c: torch.Tensor):
+    """(hidden states [T, B, H], d loss / dx [T, B, I], d loss / dh0 [B, H]) of loss = sum(c * h); x, h0 require grad."""
+    hs = unroll(cell, x, h0)
+    check_same_shape("weighted_sum", c=c.shape, h=hs.shape)
+    gx, gh0 = torch.autograd.grad((c * hs).sum(), [x, h0])  # GRAD-FLOW: back through every step
+    return hs, gx, gh0
+
+
 @scenario_run("p08_gru_bias")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: h [T, B, H]; grads/x [T, B, I]; grads/h0 [B, H] of loss = sum(c * h)."""
-    cell = make_cell(fx, variant)
-    x, h0 = tensor(fx, "x", requires_grad=True), tensor(fx, "h0", requires_grad=True)
-    hs = unroll(cell, x, h0)
-    check_same_shape("weighted_sum", c=fx["c"].shape, h=tuple(hs.shape))
-    gx, gh0 = torch.autograd.grad((tensor(fx, "c") * hs).sum(), [x, h0])  # GRAD-FLOW: back through every step
-    return {"h": numpy(hs), "grads/x": numpy(gx), "grads/h0": numpy(gh0)}
+    x, h0 = field(fx, "x", requires_grad=True), field(fx, "h0", requires_grad=True)
+    hs, gx, gh0 = states_and_grads(make_cell(fx, variant), x, h0, field(fx, "c"))
+    return {"h": hs, "grads/x": gx, "grads/h0": gh0}

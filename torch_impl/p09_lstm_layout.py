@@ -18,10 +18,10 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 from ._layout import grads_of, load_params
 
-__all__ = ["Recurrent", "build_model", "lstm_loss", "run"]
+__all__ = ["Recurrent", "build_model", "lstm_loss", "state_and_grads", "run"]
 
 
 class Recurrent(nn.Module):
@@ -46,21 +46,27 @@ def build_model(fx, variant: str) -> Recurrent:
     torch is the reference: the same model in both variants.
     """
     check_variant("p09_lstm_layout", variant)
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(Recurrent(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
 
 
 def lstm_loss(h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """0.5 * sum(h_T**2) + sum(c_T) over [B, H]: reaches both halves of the carry. ValueError if shapes differ."""
-    check_same_shape("lstm_loss", h=tuple(h.shape), c=tuple(c.shape))
+    check_same_shape("lstm_loss", h=h.shape, c=c.shape)
     return 0.5 * (h**2).sum() + c.sum()
+
+
+def state_and_grads(model: Recurrent, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor, variant: str):
+    """(h_T, c_T [B, H], canonical gradients of lstm_loss for every parameter) after T steps."""
+    check_variant("p09_lstm_layout", variant)
+    h, c = model(x, h0, c0, variant)
+    lstm_loss(h, c).backward()  # GRAD-FLOW: both biases and kernels are trained through every step
+    return h, c, grads_of(model)
 
 
 @scenario_run("p09_lstm_layout")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: h, c [B, H] after T steps; grads/cell/{ih,hh}/{kernel,bias} (canonical layout)."""
     model = build_model(fx, variant)
-    h, c = model(tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "c0"), variant)
-    lstm_loss(h, c).backward()  # GRAD-FLOW: both biases and kernels are trained through every step
-    grads = grads_of(model)
-    return {"h": numpy(h), "c": numpy(c), **{f"grads/{k}": g for k, g in grads.items()}}
+    h, c, grads = state_and_grads(model, field(fx, "x"), field(fx, "h0"), field(fx, "c0"), variant)
+    return {"h": h, "c": c, **{f"grads/{k}": g for k, g in grads.items()}}

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
-__all__ = ["make_optimizer", "mse_loss", "run"]
+__all__ = ["make_optimizer", "mse_loss", "loss_and_grad", "run"]
 
 
 def make_optimizer(w: torch.Tensor, fx) -> torch.optim.Adam:
@@ -30,22 +30,28 @@ def make_optimizer(w: torch.Tensor, fx) -> torch.optim.Adam:
 
 def mse_loss(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """0.5 * mean((pred - y)**2) over pred, y [B]. Raises ValueError if the shapes differ."""
-    check_same_shape("mse_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("mse_loss", pred=pred.shape, y=y.shape)
     return 0.5 * ((pred - y) ** 2).mean()
+
+
+def loss_and_grad(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mse_loss(x @ w, y) [], its gradient in w [D], no decay term: Adam adds it); w requires grad."""
+    loss = mse_loss(x @ w, y)
+    loss.backward()
+    return loss, w.grad
 
 
 @scenario_run("p10_adam_weight_decay")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss [] and grads/w [D] of step 1 (no decay term); params/w, moved/w [D] after `steps`."""
-    w = tensor(fx, "w", requires_grad=True)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    w = field(fx, "w", requires_grad=True)
+    x, y = field(fx, "x"), field(fx, "y")
     optimizer = make_optimizer(w, fx)
     for step in range(int(fx["steps"])):
         optimizer.zero_grad()
-        loss = mse_loss(x @ w, y)
-        loss.backward()
+        loss, grads = loss_and_grad(w, x, y)
         if step == 0:
-            loss0, grads0 = numpy(loss), numpy(w.grad).copy()
+            loss0, grads0 = numpy(loss), numpy(grads).copy()
         optimizer.step()
     after = numpy(w)
     return {"loss": loss0, "grads/w": grads0, "params/w": after, "moved/w": after - fx["w"]}

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_scalar
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["loss_fn", "gradients", "sgd_step", "run"]
 
@@ -55,7 +55,7 @@ def sgd_step(params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor | No
 @scenario_run("p11_none_vs_zero_grad")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: grads/{x,y} [N] (None reported as explicit zeros); params/{x,y}, moved/{x,y} [N] after one step."""
-    params = {k: tensor(fx, k, requires_grad=True) for k in ("x", "y")}
+    params = {k: field(fx, k, requires_grad=True) for k in ("x", "y")}
     grads = gradients(params)
     sgd_step(params, grads, fx.scalar("lr"), fx.scalar("weight_decay"))
     out = {}

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 
-__all__ = ["masked_softmax", "attention", "masked_loss", "run"]
+__all__ = ["masked_softmax", "attention", "masked_loss", "loss_and_grads", "run"]
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, variant: str) -> torch.Tensor:
@@ -31,7 +31,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, variant: str) -> to
     NaN (softmax of all -inf). Source: PITFALLS P12.
     """
     check_variant("p12_masked_attention_row", variant)
-    check_same_shape("masked_softmax", scores=tuple(scores.shape), mask=tuple(mask.shape))  # a [S] mask would broadcast
+    check_same_shape("masked_softmax", scores=scores.shape, mask=mask.shape)  # a [S] mask would broadcast
     probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
     if variant == "ported":
         probs = probs.masked_fill(~mask, 0.0)  # GRAD-FLOW: an empty row is zeros, with zero gradient
@@ -51,7 +51,7 @@ def masked_loss(out: torch.Tensor, w: torch.Tensor, mask: torch.Tensor) -> torch
     Raises ValueError if out and w differ in shape, or mask is not [T, S] with the
     T query rows of out [T, V].
     """
-    check_same_shape("masked_loss", out=tuple(out.shape), w=tuple(w.shape))
+    check_same_shape("masked_loss", out=out.shape, w=w.shape)
     if out.ndim != 2 or mask.ndim != 2 or mask.shape[0] != out.shape[0]:
         raise ValueError(
             f"masked_loss: mask has shape {tuple(mask.shape)} but out has shape {tuple(out.shape)}; "
@@ -61,12 +61,20 @@ def masked_loss(out: torch.Tensor, w: torch.Tensor, mask: torch.Tensor) -> torch
     return (torch.where(valid, out, 0.0) * w).sum()  # GRAD-FLOW: padded query rows are excluded from the loss
 
 
+def loss_and_grads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, w: torch.Tensor, variant: str
+):
+    """(loss [], out [T, V], (d loss / dq [T, K], dk [S, K], dv [S, V])); q, k, v require grad."""
+    check_variant("p12_masked_attention_row", variant)
+    out = attention(q, k, v, mask, variant)
+    loss = masked_loss(out, w, mask)
+    return loss, out, torch.autograd.grad(loss, [q, k, v])
+
+
 @scenario_run("p12_masked_attention_row")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; out [T, V]; grads/q [T, K], grads/k [S, K], grads/v [S, V] ("naive": out row and grads/v NaN)."""
-    q, k, v = (tensor(fx, n, requires_grad=True) for n in ("q", "k", "v"))
-    mask = tensor(fx, "mask")
-    out = attention(q, k, v, mask, variant)
-    loss = masked_loss(out, tensor(fx, "w"), mask)
-    gq, gk, gv = torch.autograd.grad(loss, [q, k, v])
-    return {"loss": numpy(loss), "out": numpy(out), "grads/q": numpy(gq), "grads/k": numpy(gk), "grads/v": numpy(gv)}
+    q, k, v = (field(fx, n, requires_grad=True) for n in ("q", "k", "v"))
+    mask = field(fx, "mask")
+    loss, out, (gq, gk, gv) = loss_and_grads(q, k, v, mask, field(fx, "w"), variant)
+    return {"loss": loss, "out": out, "grads/q": gq, "grads/k": gk, "grads/v": gv}

@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 
-__all__ = ["sqrt_where", "run"]
+__all__ = ["sqrt_where", "value_and_grad", "run"]
 
 
 def sqrt_where(x: torch.Tensor, variant: str) -> torch.Tensor:
@@ -34,10 +34,16 @@ def sqrt_where(x: torch.Tensor, variant: str) -> torch.Tensor:
     return torch.where(pos, torch.sqrt(x), torch.zeros_like(x)).sum()
 
 
+def value_and_grad(x: torch.Tensor, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sqrt_where(x) [], its gradient [N]); x requires grad."""
+    check_variant("p13_where_nan", variant)
+    f = sqrt_where(x, variant)
+    return f, torch.autograd.grad(f, [x])[0]
+
+
 @scenario_run("p13_where_nan")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: f []; grads/x [N] (NaN at x <= 0 in "naive")."""
-    x = tensor(fx, "x", requires_grad=True)
-    f = sqrt_where(x, variant)
-    (g,) = torch.autograd.grad(f, [x])
-    return {"f": numpy(f), "grads/x": numpy(g)}
+    x = field(fx, "x", requires_grad=True)
+    f, g = value_and_grad(x, variant)
+    return {"f": f, "grads/x": g}

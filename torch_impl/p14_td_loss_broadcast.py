@@ -18,10 +18,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..shared.core.checks import check_same_shape
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ..shared.core.checks import check_same_shape, check_variant
+from ._common import field, grads_or_zeros, scenario_run
 
-__all__ = ["td_loss", "naive_td_loss", "run"]
+__all__ = ["td_loss", "naive_td_loss", "loss_and_grads", "run"]
 
 
 def td_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -31,7 +31,7 @@ def td_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
       ValueError: q and target differ in shape (e.g. [B, 1] vs [B]).
     """
     target = target.detach()  # GRAD-FLOW: the TD target is a constant for the online net
-    check_same_shape("td_loss", q=tuple(q.shape), target=tuple(target.shape))
+    check_same_shape("td_loss", q=q.shape, target=target.shape)
     return F.mse_loss(q, target)
 
 
@@ -46,13 +46,19 @@ def naive_td_loss(q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         return F.mse_loss(q, target)
 
 
-@scenario_run("p14_td_loss_broadcast")
-def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a)); grads/target [B] (zero: a constant)."""
-    q, target = tensor(fx, "q", requires_grad=True), tensor(fx, "target", requires_grad=True)
+def loss_and_grads(q: torch.Tensor, target: torch.Tensor, variant: str):
+    """(loss [], (d loss / dq [B, 1], d loss / d target [B])) of td_loss ("ported") or naive_td_loss; both require grad."""
+    check_variant("p14_td_loss_broadcast", variant)
     if variant == "ported":
         loss = td_loss(q.squeeze(-1), target)
     else:
         loss = naive_td_loss(q, target)
-    g_q, g_target = grads_or_zeros(loss, [q, target])  # the detached target reports None: explicit zeros
-    return {"loss": numpy(loss), "grads/q": numpy(g_q), "grads/target": numpy(g_target)}
+    return loss, tuple(grads_or_zeros(loss, [q, target]))  # the detached target reports None: explicit zeros
+
+
+@scenario_run("p14_td_loss_broadcast")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss []; grads/q [B, 1] (d loss / d Q(s, a)); grads/target [B] (zero: a constant)."""
+    q, target = field(fx, "q", requires_grad=True), field(fx, "target", requires_grad=True)
+    loss, (g_q, g_target) = loss_and_grads(q, target, variant)
+    return {"loss": loss, "grads/q": g_q, "grads/target": g_target}

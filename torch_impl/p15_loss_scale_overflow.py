@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 
 __all__ = ["fp16_loss", "make_scaler", "train_step", "run"]
 
@@ -29,7 +29,7 @@ def fp16_loss(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor
     Raises ValueError if the prediction and y differ in shape.
     """
     pred = x.half() @ w.half()
-    check_same_shape("fp16_loss", pred=tuple(pred.shape), y=tuple(y.shape))
+    check_same_shape("fp16_loss", pred=pred.shape, y=y.shape)
     return ((pred - y.half()) ** 2).mean().to(w.dtype)
 
 
@@ -55,8 +55,8 @@ def train_step(w, x, y, optimizer: torch.optim.Adam, scaler: torch.amp.GradScale
 @scenario_run("p15_loss_scale_overflow")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs per step s in {1, 2}: step<s>/moved [D], step<s>/scale [], step<s>/count [] int; params/w [D]."""
-    w = tensor(fx, "w", requires_grad=True)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
+    w = field(fx, "w", requires_grad=True)
+    x, y = field(fx, "x"), field(fx, "y")
     betas = (fx.scalar("b1"), fx.scalar("b2"))
     optimizer = torch.optim.Adam([w], lr=fx.scalar("lr"), betas=betas, eps=fx.scalar("eps"))
     scaler = make_scaler(fx)

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, scenario_run
 
-__all__ = ["dense", "run"]
+__all__ = ["dense", "forward_and_grads", "run"]
 
 
 def dense(x: torch.Tensor, kernel: torch.Tensor, variant: str) -> torch.Tensor:
@@ -28,13 +28,19 @@ def dense(x: torch.Tensor, kernel: torch.Tensor, variant: str) -> torch.Tensor:
     return x @ kernel
 
 
+def forward_and_grads(x: torch.Tensor, kernel: torch.Tensor, g: torch.Tensor, variant: str):
+    """(y [B, O], (d sum(g * y) / dx [B, I], / d kernel [I, O])); x and kernel require grad."""
+    check_variant("p16_matmul_precision", variant)
+    y = dense(x, kernel, variant)
+    check_same_shape("weighted_sum", g=g.shape, y=y.shape)
+    grads = torch.autograd.grad((g * y).sum(), [x, kernel])  # GRAD-FLOW: differentiate x and the kernel
+    return y, grads
+
+
 @scenario_run("p16_matmul_precision")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: y [B, O]; grads/x [B, I] and grads/kernel [I, O] of sum(g * y)."""
-    x = tensor(fx, "x", requires_grad=True)  # GRAD-FLOW: differentiate x and the kernel
-    kernel = tensor(fx, "kernel", requires_grad=True)
-    y = dense(x, kernel, variant)
-    g = tensor(fx, "g")
-    check_same_shape("weighted_sum", g=tuple(g.shape), y=tuple(y.shape))
-    gx, gk = torch.autograd.grad((g * y).sum(), [x, kernel])
-    return {"y": numpy(y), "grads/x": numpy(gx), "grads/kernel": numpy(gk)}
+    x = field(fx, "x", requires_grad=True)
+    kernel = field(fx, "kernel", requires_grad=True)
+    y, (gx, gk) = forward_and_grads(x, kernel, field(fx, "g"), variant)
+    return {"y": y, "grads/x": gx, "grads/kernel": gk}

@@ -30,7 +30,7 @@ def build_layer(fx, net: str) -> nn.Linear:
     """
     if net not in ("online", "target"):
         raise ValueError(f"build_layer: net expected one of ['online', 'target'], got {net!r}")
-    params = {k.removeprefix(f"{net}/"): v for k, v in fx.items() if k.startswith(f"{net}/")}
+    params = fx.under(net)
     i, o = fx.dims["I"], fx.dims["O"]
     return load_params(nn.Linear(i, o, dtype=getattr(torch, fx.dtype)), params)
 

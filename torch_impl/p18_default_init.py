@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import MLP, numpy, scenario_run, tensor
+from ._common import MLP, field, numpy, scenario_run
 from ._layout import load_params, params_of
 
-__all__ = ["init_params", "build_model", "train", "run"]
+__all__ = ["init_params", "build_model", "train_step", "train", "run"]
 
 
 def init_params(fx, variant: str) -> dict[str, np.ndarray]:
@@ -48,22 +48,27 @@ def build_model(fx, variant: str) -> MLP:
     return load_params(MLP(d, h, o, getattr(torch, fx.dtype)), init_params(fx, variant))
 
 
+def train_step(model: MLP, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One full-batch SGD step on mean((pred − y)²); returns the loss before it.
+
+    Raises ValueError unless pred and y are both [B, O].
+    """
+    optimizer.zero_grad(set_to_none=True)
+    pred = model(x)
+    check_same_shape("train", pred=pred.shape, y=y.shape)
+    loss = torch.mean((pred - y) ** 2)
+    loss.backward()  # GRAD-FLOW: the same SGD on both sides: only the starting weights differ
+    optimizer.step()
+    return loss.detach()
+
+
 def train(model: MLP, x: torch.Tensor, y: torch.Tensor, lr: float, steps: int) -> torch.Tensor:
     """`steps` full-batch SGD steps on mean((pred − y)²); returns the loss before each step [steps].
 
     Raises ValueError unless pred and y are both [B, O].
     """
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = []
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        pred = model(x)
-        check_same_shape("train", pred=tuple(pred.shape), y=tuple(y.shape))
-        loss = torch.mean((pred - y) ** 2)
-        loss.backward()  # GRAD-FLOW: the same SGD on both sides: only the starting weights differ
-        optimizer.step()
-        losses.append(loss.detach())
-    return torch.stack(losses)
+    return torch.stack([train_step(model, optimizer, x, y) for _ in range(steps)])
 
 
 @scenario_run("p18_default_init")
@@ -71,6 +76,6 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: init/<param> (the starting weights); losses [steps]; params/<param> after `steps`."""
     model = build_model(fx, variant)
     out = {f"init/{k}": v for k, v in params_of(model).items()}
-    out["losses"] = numpy(train(model, tensor(fx, "x"), tensor(fx, "y"), fx.scalar("lr"), int(fx["steps"])))
+    out["losses"] = numpy(train(model, field(fx, "x"), field(fx, "y"), fx.scalar("lr"), int(fx["steps"])))
     out.update({f"params/{k}": v for k, v in params_of(model).items()})
     return out

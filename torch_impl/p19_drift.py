@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import load_params, params_of
 
 __all__ = ["MLP", "build_model", "make_optimizer", "train", "run"]
@@ -39,7 +39,7 @@ class MLP(nn.Module):
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (the same starting point on both sides)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     return load_params(MLP(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
 
 
@@ -58,7 +58,7 @@ def train(model: MLP, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torc
     for t in range(steps):
         optimizer.zero_grad(set_to_none=True)
         pred = model(x)
-        check_same_shape("train", pred=tuple(pred.shape), y=tuple(y.shape))
+        check_same_shape("train", pred=pred.shape, y=y.shape)
         loss = torch.mean((pred - y) ** 2)
         loss.backward()  # GRAD-FLOW: the same gradient on both sides: only rounding (or a bug) differs
         optimizer.step()
@@ -70,5 +70,5 @@ def train(model: MLP, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torc
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: losses [steps] (before each step); params/<param> after `steps`."""
     model = build_model(fx)
-    losses = train(model, make_optimizer(model, fx, variant), tensor(fx, "x"), tensor(fx, "y"), int(fx["steps"]))
+    losses = train(model, make_optimizer(model, fx, variant), field(fx, "x"), field(fx, "y"), int(fx["steps"]))
     return {"losses": numpy(losses), **{f"params/{k}": v for k, v in params_of(model).items()}}

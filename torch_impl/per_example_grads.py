@@ -19,37 +19,24 @@ import functools
 
 import numpy as np
 import torch
-from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import MLP, field, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
-__all__ = ["MLP", "build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "run"]
-
-
-class MLP(nn.Module):
-    """pred [B] = l2(tanh(l1(x [B, D])))."""
-
-    def __init__(self, d: int, h: int, dtype: torch.dtype) -> None:
-        super().__init__()
-        self.l1 = nn.Linear(d, h, dtype=dtype)
-        self.l2 = nn.Linear(h, 1, dtype=dtype)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.l2(torch.tanh(self.l1(x))).squeeze(-1)
+__all__ = ["build_model", "example_loss", "per_example_grads", "clip_per_example", "dp_gradient", "dp_step", "run"]
 
 
 def build_model(fx) -> MLP:
     """An MLP loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
-    return load_params(MLP(fx.dims["D"], fx.dims["H"], getattr(torch, fx.dtype)), params)
+    params = fx.under("params")
+    return load_params(MLP(fx.dims["D"], fx.dims["H"], 1, getattr(torch, fx.dtype)), params)
 
 
 def example_loss(model: MLP, params: dict, x_i: torch.Tensor, y_i: torch.Tensor) -> torch.Tensor:
     """ℓ_i = 0.5·(pred(x_i) − y_i)² of one example x_i [D], y_i [], the model run with `params` (functional_call)."""
-    pred = torch.func.functional_call(model, params, (x_i[None],))
-    return 0.5 * (pred[0] - y_i) ** 2
+    pred = torch.func.functional_call(model, params, (x_i[None],))  # [1, 1]
+    return 0.5 * (pred[0, 0] - y_i) ** 2
 
 
 def per_example_grads(model: MLP, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -57,7 +44,7 @@ def per_example_grads(model: MLP, x: torch.Tensor, y: torch.Tensor) -> dict[str,
 
     Raises ValueError unless x and y agree on B.
     """
-    check_same_shape("per_example_grads", x_batch=tuple(x.shape[:1]), y=tuple(y.shape))
+    check_same_shape("per_example_grads", x_batch=x.shape[:1], y=y.shape)
     # the torch.func idiom: the parameters as plain tensors, so the per-example gradients carry no graph
     params = {k: v.detach() for k, v in model.named_parameters()}
     grad_one = torch.func.grad(functools.partial(example_loss, model))
@@ -95,8 +82,17 @@ def dp_gradient(
     return {k: (g + hyper["noise_multiplier"] * c * noise[k]) / b for k, g in clipped.items()}, num_clipped
 
 
-def _canonical(model: MLP, tensors: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
-    return params_of(model, tensors)
+def dp_step(model: MLP, noise_model: MLP, x: torch.Tensor, y: torch.Tensor, hyper: dict, variant: str):
+    """The gradients of one DP-SGD step on x [B, D], y [B]: (loss [], canonical batch gradient of the mean
+    loss, per-example gradients, DP gradient, number clipped, per-example norms [B]); noise_model holds z."""
+    per_example = per_example_grads(model, x, y)
+    noise = {k: torch.from_numpy(p.numpy(force=True)) for k, p in noise_model.named_parameters()}  # data, no graph
+    dp, num_clipped = dp_gradient(per_example, noise, hyper, variant)
+    norms = torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in per_example.values()))
+    model.zero_grad(set_to_none=True)
+    loss = 0.5 * torch.mean((model(x).squeeze(-1) - y) ** 2)
+    loss.backward()  # the batch gradient, the usual way
+    return loss, grads_of(model), per_example, dp, num_clipped, norms
 
 
 @scenario_run("per_example_grads")
@@ -104,22 +100,16 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; norms [B]; num_clipped [] int64; grads/<param> (batch gradient of the mean loss);
     per_example/<param> [B, ...]; dp_grads/<param>; params/<param> after one DP-SGD step."""
     model = build_model(fx)
-    x, y = tensor(fx, "x"), tensor(fx, "y")
-    noise_model = load_params(
-        copy.deepcopy(model), {k.removeprefix("noise/"): v for k, v in fx.items() if k.startswith("noise/")}
-    )
-    noise = {k: torch.from_numpy(p.numpy(force=True)) for k, p in noise_model.named_parameters()}  # data, no graph
+    x, y = field(fx, "x"), field(fx, "y")
+    noise_model = load_params(copy.deepcopy(model), fx.under("noise"))
     hyper = {k: fx.scalar(k) for k in ("l2_norm_clip", "noise_multiplier")}
-    per_example = per_example_grads(model, x, y)
-    dp, num_clipped = dp_gradient(per_example, noise, hyper, variant)
-    loss = 0.5 * torch.mean((model(x) - y) ** 2)
-    loss.backward()  # the batch gradient, the usual way
+    loss, grads, per_example, dp, num_clipped, norms = dp_step(model, noise_model, x, y, hyper, variant)
     out = {"loss": numpy(loss), "num_clipped": numpy(num_clipped).astype(np.int64)}
-    out["norms"] = numpy(torch.sqrt(sum(g.flatten(1).pow(2).sum(1) for g in per_example.values())))
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})
-    rows = [_canonical(model, {k: g[i] for k, g in per_example.items()}) for i in range(x.shape[0])]
+    out["norms"] = numpy(norms)
+    out.update({f"grads/{k}": v for k, v in grads.items()})
+    rows = [params_of(model, {k: g[i] for k, g in per_example.items()}) for i in range(x.shape[0])]
     out.update({f"per_example/{k}": np.stack([r[k] for r in rows]) for k in rows[0]})
-    out.update({f"dp_grads/{k}": v for k, v in _canonical(model, dp).items()})
+    out.update({f"dp_grads/{k}": v for k, v in params_of(model, dp).items()})
     optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
     for name, p in model.named_parameters():
         p.grad = dp[name]

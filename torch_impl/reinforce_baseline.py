@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_rank, check_same_shape, check_variant
-from ._common import MLP, numpy, scenario_run, tensor
+from ._common import MLP, field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
-__all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "run"]
+__all__ = ["PolicyBaseline", "build_model", "discounted_returns", "reinforce_losses", "losses_and_grads", "run"]
 
 
 class PolicyBaseline(nn.Module):
@@ -39,7 +39,7 @@ class PolicyBaseline(nn.Module):
 
 def build_model(fx) -> PolicyBaseline:
     """A PolicyBaseline loaded with the fixture's canonical parameters (dtype of the fixture)."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     d, h, a = fx.dims["D"], fx.dims["H"], fx.dims["A"]
     return load_params(PolicyBaseline(d, h, a, getattr(torch, fx.dtype)), params)
 
@@ -49,7 +49,7 @@ def discounted_returns(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
 
     Raises ValueError unless rewards is 1-D.
     """
-    check_rank("discounted_returns", "rewards", tuple(rewards.shape), "T")
+    check_rank("discounted_returns", "rewards", rewards.shape, "T")
     out, g = torch.zeros_like(rewards), torch.zeros((), dtype=rewards.dtype)
     for t in reversed(range(rewards.shape[0])):
         g = rewards[t] + gamma * g
@@ -75,10 +75,10 @@ def reinforce_losses(
     Reference: Williams 1992; Sutton & Barto 2018, ch. 13.4.
     """
     check_variant("reinforce_baseline", variant)
-    shapes = {"baselines": tuple(baselines.shape), "returns": tuple(returns.shape), "actions": tuple(actions.shape)}
+    shapes = {"baselines": baselines.shape, "returns": returns.shape, "actions": actions.shape}
     check_same_shape("reinforce_losses", **shapes)
-    check_rank("reinforce_losses", "logits", tuple(logits.shape), "TA")
-    check_same_shape("reinforce_losses", returns=tuple(returns.shape), logits_steps=tuple(logits.shape[:1]))
+    check_rank("reinforce_losses", "logits", logits.shape, "TA")
+    check_same_shape("reinforce_losses", returns=returns.shape, logits_steps=logits.shape[:1])
     advantages = returns - baselines  # [T]
     if variant != "baseline_not_stopped":
         advantages = advantages.detach()  # GRAD-FLOW: the policy loss must not train the baseline
@@ -89,24 +89,33 @@ def reinforce_losses(
     return policy_loss, baseline_loss, advantages
 
 
-@scenario_run("reinforce_baseline")
-def run(fx, variant: str) -> dict[str, np.ndarray]:
-    """Outputs: loss, policy_loss, baseline_loss []; returns, advantages [T]; grads/{policy,baseline}/<param>
-    of the total; policy_grads/baseline/<param> of the policy loss alone."""
-    model = build_model(fx)
-    gamma = fx.scalar("gamma")
-    returns = discounted_returns(tensor(fx, "rewards"), gamma)
-    logits, baselines = model(tensor(fx, "obs"))
+def losses_and_grads(model: PolicyBaseline, batch: dict, gamma: float, variant: str):
+    """(total [], (policy_loss, baseline_loss, returns [T], advantages [T]), canonical gradients of the total,
+    baseline gradients of the policy loss alone)."""
+    model.zero_grad(set_to_none=True)
+    returns = discounted_returns(batch["rewards"], gamma)
+    logits, baselines = model(batch["obs"])
     policy_loss, baseline_loss, advantages = reinforce_losses(
-        logits, baselines, tensor(fx, "actions"), returns, gamma, variant
+        logits, baselines, batch["actions"], returns, gamma, variant
     )
     policy_loss.backward(retain_graph=True)  # the policy loss alone: does it reach the baseline?
     policy_grads = grads_of(model.baseline)  # .grad None -> explicit zeros (P11)
     model.zero_grad(set_to_none=True)
     loss = policy_loss + baseline_loss
     loss.backward()
+    return loss, (policy_loss, baseline_loss, returns, advantages), grads_of(model), policy_grads
+
+
+@scenario_run("reinforce_baseline")
+def run(fx, variant: str) -> dict[str, np.ndarray]:
+    """Outputs: loss, policy_loss, baseline_loss []; returns, advantages [T]; grads/{policy,baseline}/<param>
+    of the total; policy_grads/baseline/<param> of the policy loss alone."""
+    model = build_model(fx)
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards")}
+    loss, aux, grads, policy_grads = losses_and_grads(model, batch, fx.scalar("gamma"), variant)
+    policy_loss, baseline_loss, returns, advantages = aux
     out = {"loss": numpy(loss), "policy_loss": numpy(policy_loss), "baseline_loss": numpy(baseline_loss)}
     out.update(returns=numpy(returns), advantages=numpy(advantages))
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items()})
+    out.update({f"grads/{k}": g for k, g in grads.items()})
     out.update({f"policy_grads/baseline/{k}": g for k, g in policy_grads.items()})
     return out

@@ -22,10 +22,21 @@ from torch.distributions import Normal
 from torch.distributions.transforms import AffineTransform, ComposeTransform, TanhTransform
 
 from ..shared.core.checks import check_same_shape, check_variant
-from ._common import numpy, scenario_run, tensor
+from ._common import field, numpy, scenario_run
 from ._layout import grads_of, load_params
 
-__all__ = ["Actor", "SoftQNetwork", "SAC", "build_agent", "q_targets", "q_loss", "actor_loss", "alpha_loss", "run"]
+__all__ = [
+    "Actor",
+    "SoftQNetwork",
+    "SAC",
+    "build_agent",
+    "q_targets",
+    "q_loss",
+    "actor_loss",
+    "alpha_loss",
+    "losses_and_grads",
+    "run",
+]
 
 LOG_STD_MIN, LOG_STD_MAX, LOG_DET_EPS = -5.0, 2.0, 1e-6  # CleanRL's constants
 
@@ -87,11 +98,9 @@ class SAC(nn.Module):
 
 def build_agent(fx) -> SAC:
     """A SAC loaded with the fixture's canonical parameters (log α is not a layer: copied by hand)."""
-    params = {
-        k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/") and k != "params/log_alpha"
-    }
+    params = {k: v for k, v in fx.under("params").items() if k != "log_alpha"}
     model = load_params(SAC(fx.dims["D"], fx.dims["A"], fx.dims["H"], getattr(torch, fx.dtype)), params)
-    model.log_alpha = nn.Parameter(tensor(fx, "params/log_alpha"))
+    model.log_alpha = nn.Parameter(field(fx, "params/log_alpha"))
     return model
 
 
@@ -115,7 +124,7 @@ def q_loss(model: SAC, batch: dict, y: torch.Tensor) -> torch.Tensor:
     Raises ValueError if y is not [B] like Q (a [B, 1] target would broadcast to [B, B], P14).
     """
     q1, q2 = model.qf1(batch["obs"], batch["actions"]), model.qf2(batch["obs"], batch["actions"])
-    check_same_shape("q_loss", q=tuple(q1.shape), target=tuple(y.shape))
+    check_same_shape("q_loss", q=q1.shape, target=y.shape)
     return F.mse_loss(q1, y) + F.mse_loss(q2, y)
 
 
@@ -151,19 +160,27 @@ def _grads(model: SAC, loss: torch.Tensor) -> dict[str, np.ndarray]:
     }  # None -> 0 (P11)
 
 
+def losses_and_grads(model: SAC, batch: dict, consts: dict, variant: str, target_entropy: float):
+    """({q_loss, actor_loss, alpha_loss} [], the canonical gradients of each loss alone (one backward per
+    loss, as CleanRL's three optimizers see them), {log_pi [B], actions_pi [B, A], q_target [B]})."""
+    y = q_targets(model, batch, consts, variant)
+    out = {"q_loss": q_loss(model, batch, y)}
+    out["actor_loss"], log_pi, actions_pi = actor_loss(model, batch, consts, variant)
+    out["alpha_loss"] = alpha_loss(model, log_pi, target_entropy)
+    grads = {name: _grads(model, loss) for name, loss in out.items()}  # one per loss
+    return out, grads, {"log_pi": log_pi, "actions_pi": actions_pi, "q_target": y}
+
+
 @scenario_run("sac")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: q_loss, actor_loss, alpha_loss []; log_pi, q_target [B]; actions_pi [B, A];
     grads/<loss>/{actor,qf1,qf2,qf1_target,qf2_target}/<param> and grads/<loss>/log_alpha of each loss."""
     model = build_agent(fx)
-    batch = {k: tensor(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones", "noise", "next_noise")}
+    batch = {k: field(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones", "noise", "next_noise")}
     consts = {k: fx.scalar(k) for k in ("action_scale", "action_bias", "gamma")}
-    y = q_targets(model, batch, consts, variant)
-    losses = {"q_loss": q_loss(model, batch, y)}
-    losses["actor_loss"], log_pi, actions_pi = actor_loss(model, batch, consts, variant)
-    losses["alpha_loss"] = alpha_loss(model, log_pi, -float(fx.dims["A"]))
+    losses, grads, extras = losses_and_grads(model, batch, consts, variant, -float(fx.dims["A"]))
     out = {k: numpy(v) for k, v in losses.items()}
-    for name, loss in losses.items():  # one backward per loss, as CleanRL's three optimizers see them
-        out.update({f"grads/{name}/{k}": g for k, g in _grads(model, loss).items()})
-    out.update(log_pi=numpy(log_pi), q_target=numpy(y), actions_pi=numpy(actions_pi))
+    for name, g in grads.items():
+        out.update({f"grads/{name}/{k}": v for k, v in g.items()})
+    out.update({k: numpy(v) for k, v in extras.items()})
     return out

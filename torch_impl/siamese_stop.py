@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._common import field, grads_or_zeros, numpy, scenario_run
 from ._layout import grads_of, load_params, params_of
 
-__all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "run"]
+__all__ = ["Network", "Siamese", "build_model", "targets", "symmetric_loss", "ema_update", "train_step", "run"]
 
 
 class Network(nn.Module):
@@ -50,7 +50,7 @@ class Siamese(nn.Module):
 
 def build_model(fx) -> Siamese:
     """A Siamese model loaded with the fixture's canonical parameters."""
-    params = {k.removeprefix("params/"): v for k, v in fx.items() if k.startswith("params/")}
+    params = fx.under("params")
     dims = fx.dims
     return load_params(Siamese(dims["D"], dims["H"], dims["P"], getattr(torch, fx.dtype)), params)
 
@@ -75,7 +75,7 @@ def symmetric_loss(p1, p2, t1, t2, variant: str) -> tuple[torch.Tensor, torch.Te
     Raises ValueError on an unknown variant or a shape mismatch. Reference: BYOL eq. 2; SimSiam eq. 1-2.
     """
     check_variant("siamese_stop", variant)
-    check_same_shape("symmetric_loss", p1=tuple(p1.shape), t2=tuple(t2.shape), p2=tuple(p2.shape), t1=tuple(t1.shape))
+    check_same_shape("symmetric_loss", p1=p1.shape, t2=t2.shape, p2=p2.shape, t1=t1.shape)
     if variant == "byol":
         return (2 - 2 * F.cosine_similarity(p1, t2, dim=-1)).mean(), (
             2 - 2 * F.cosine_similarity(p2, t1, dim=-1)
@@ -93,6 +93,26 @@ def ema_update(online: nn.Module, target: nn.Module, tau: float) -> nn.Module:
     return target
 
 
+def train_step(model: Siamese, optimizer: torch.optim.Optimizer, views: list, tau: float, variant: str):
+    """One SGD step of online and predictor, then BYOL's EMA target update; returns (loss before the
+    step, canonical gradients, {term: the views' gradients (x1, x2) [B, D]} in the simsiam variants)."""
+    z1, z2 = model.online(views[0]), model.online(views[1])
+    t1, t2 = targets(model, z1, z2, views, variant)
+    term12, term21 = symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, variant)
+    view_grads = {}
+    if variant != "byol":
+        for name, term in (("term12", term12), ("term21", term21)):
+            view_grads[name] = grads_or_zeros(term, views, retain_graph=True)
+    loss = term12 + term21
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grads = grads_of(model)
+    optimizer.step()
+    if variant == "byol":
+        ema_update(model.online, model.target, tau)
+    return loss, grads, view_grads
+
+
 @scenario_run("siamese_stop")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss []; grads/<net>/<param> and params/<net>/<param> after one step for online, predictor
@@ -101,23 +121,13 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     learned = [*model.online.parameters(), *model.predictor.parameters()]
     # GRAD-FLOW: the optimizer holds online and predictor only
     optimizer = torch.optim.SGD(learned, lr=fx.scalar("lr"))
-    views = [tensor(fx, v, requires_grad=variant != "byol") for v in ("x1", "x2")]
-    z1, z2 = model.online(views[0]), model.online(views[1])
-    t1, t2 = targets(model, z1, z2, views, variant)
-    term12, term21 = symmetric_loss(model.predictor(z1), model.predictor(z2), t1, t2, variant)
+    views = [field(fx, v, requires_grad=variant != "byol") for v in ("x1", "x2")]
+    loss, grads, view_grads = train_step(model, optimizer, views, fx.scalar("tau"), variant)
     out = {}
-    if variant != "byol":
-        for name, loss in (("term12", term12), ("term21", term21)):
-            grads = grads_or_zeros(loss, views, retain_graph=True)
-            out.update({f"view_grads/{name}/{v}": numpy(g) for v, g in zip(("x1", "x2"), grads, strict=True)})
-    loss = term12 + term21
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    for name, (g1, g2) in view_grads.items():
+        out.update({f"view_grads/{name}/x1": g1, f"view_grads/{name}/x2": g2})
     nets = ("online", "predictor", "target") if variant == "byol" else ("online", "predictor")
-    out.update({f"grads/{k}": g for k, g in grads_of(model).items() if k.split("/")[0] in nets})
-    optimizer.step()
-    if variant == "byol":
-        ema_update(model.online, model.target, fx.scalar("tau"))
+    out.update({f"grads/{k}": g for k, g in grads.items() if k.split("/")[0] in nets})
     out.update({f"params/{k}": v for k, v in params_of(model).items() if k.split("/")[0] in nets})
     out["loss"] = numpy(loss)
     return out

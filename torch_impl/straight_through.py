@@ -19,10 +19,20 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_scalar, check_variant
-from ._common import grads_or_zeros, numpy, scenario_run, tensor
+from ._common import field, grads_or_zeros, numpy, scenario_run
 from ._layout import load_params, params_of
 
-__all__ = ["VQVAE", "build_model", "straight_through", "quantize", "vq_losses", "ema_update", "second_order", "run"]
+__all__ = [
+    "VQVAE",
+    "build_model",
+    "straight_through",
+    "quantize",
+    "vq_losses",
+    "ema_update",
+    "second_order",
+    "train_step",
+    "run",
+]
 
 
 class VQVAE(nn.Module):
@@ -44,15 +54,15 @@ def build_model(fx) -> VQVAE:
     load_params(
         model, {k: fx[f"params/{k}"] for k in ("encoder/kernel", "encoder/bias", "decoder/kernel", "decoder/bias")}
     )
-    model.codebook = nn.Parameter(tensor(fx, "params/codebook"))  # not an nn.Linear: outside the layout rules
-    model.ema_count.copy_(tensor(fx, "ema_count"))
-    model.ema_sum.copy_(tensor(fx, "ema_sum"))
+    model.codebook = nn.Parameter(field(fx, "params/codebook"))  # not an nn.Linear: outside the layout rules
+    model.ema_count.copy_(field(fx, "ema_count"))
+    model.ema_sum.copy_(field(fx, "ema_sum"))
     return model
 
 
 def straight_through(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """x + (q − x).detach(): forward value q, gradient (and Hessian) of the identity in x. Same shapes."""
-    check_same_shape("straight_through", x=tuple(x.shape), q=tuple(q.shape))
+    check_same_shape("straight_through", x=x.shape, q=q.shape)
     return x + (q - x).detach()  # GRAD-FLOW: straight-through: forward q, backward the identity
 
 
@@ -118,29 +128,41 @@ def _canonical(model: VQVAE, tensors: list[torch.Tensor]) -> dict[str, np.ndarra
     return {**params_of(model, named), "codebook": numpy(codebook)}
 
 
+def train_step(model: VQVAE, optimizer: torch.optim.Optimizer, x, beta, decay, eps, variant: str):
+    """One SGD step on recon + codebook + β·commit (then the EMA codebook update in ema_codebook); returns
+    ({term: loss}, codes [B], quantized [B, K], {term: its canonical gradients}), all before the step."""
+    losses, z_e, codes = vq_losses(model, x, variant)
+    quantized = model.codebook[codes]  # [B, K], a copy: the step below writes the codebook in place
+    params = list(model.parameters())
+    terms = {
+        name: _canonical(model, grads_or_zeros(value, params, retain_graph=True)) for name, value in losses.items()
+    }
+    total = losses["recon"] + losses.get("codebook", 0.0) + beta * losses["commit"]
+    optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    optimizer.step()
+    if variant == "ema_codebook":
+        ema_update(model, z_e, codes, decay, eps)
+    return losses, codes, quantized, terms
+
+
 @scenario_run("straight_through")
 def run(fx, variant: str) -> dict[str, np.ndarray]:
     """Outputs: loss/<term> [], codes [B], quantized [B, K], grads/<term>/<param>, params/<param> after one
     SGD step (ema_codebook: codebook from the EMA, ema/count [C], ema/sum [C, K]), st/{round,sign}/{value,grad,second}."""
     model = build_model(fx)
     optimizer = torch.optim.SGD(model.parameters(), lr=fx.scalar("lr"))
-    losses, z_e, codes = vq_losses(model, tensor(fx, "x"), variant)
-    out = {f"loss/{name}": numpy(value) for name, value in losses.items()}
-    out.update(codes=numpy(codes.to(torch.int32)), quantized=numpy(model.codebook[codes]))
-    params = list(model.parameters())
-    for name, value in losses.items():
-        grads = grads_or_zeros(value, params, retain_graph=True)
-        out.update({f"grads/{name}/{k}": g for k, g in _canonical(model, grads).items()})
-    total = losses["recon"] + losses.get("codebook", 0.0) + fx.scalar("beta") * losses["commit"]
-    optimizer.zero_grad(set_to_none=True)
-    total.backward()
-    optimizer.step()
+    hyper = (fx.scalar("beta"), fx.scalar("decay"), fx.scalar("ema_eps"))
+    losses, codes, quantized, terms = train_step(model, optimizer, field(fx, "x"), *hyper, variant)
+    out = {f"loss/{name}": value for name, value in losses.items()}
+    out.update(codes=codes.to(torch.int32), quantized=quantized)
+    for name, grads in terms.items():
+        out.update({f"grads/{name}/{k}": g for k, g in grads.items()})
     if variant == "ema_codebook":
-        ema_update(model, z_e, codes, fx.scalar("decay"), fx.scalar("ema_eps"))
-        out.update({"ema/count": numpy(model.ema_count), "ema/sum": numpy(model.ema_sum)})
+        out.update({"ema/count": model.ema_count, "ema/sum": model.ema_sum})
     out.update({f"params/{k}": v for k, v in _canonical(model, list(model.parameters())).items()})
     for rounding in ("round", "sign"):
-        y, grad, second = second_order(tensor(fx, "u"), tensor(fx, "t"), rounding)
+        y, grad, second = second_order(field(fx, "u"), field(fx, "t"), rounding)
         out.update({f"st/{rounding}/value": numpy(y), f"st/{rounding}/grad": numpy(grad)})
         out[f"st/{rounding}/second"] = numpy(second)
     return out

@@ -21,10 +21,21 @@ import torch
 from torch import nn
 
 from ..shared.core.checks import check_same_shape, check_truncation, truncation_length
-from ._common import numpy, scenario_run, scenario_step, tensor
+from ._common import StepCall, field, numpy, scenario_run, scenario_step, step_of
 from ._layout import grads_of, load_params
 
-__all__ = ["Recurrent", "build_model", "step_loss", "unroll", "unroll_windows", "train_windows", "make_step", "run"]
+__all__ = [
+    "Recurrent",
+    "build_model",
+    "step_loss",
+    "unroll",
+    "unroll_windows",
+    "train_windows",
+    "gradients",
+    "step_calls",
+    "make_step",
+    "run",
+]
 
 CELLS = ("elman", "gru")  # the cells this module implements (the record lists the same)
 
@@ -47,15 +58,14 @@ class Recurrent(nn.Module):
 
 def build_model(fx, cell: str) -> Recurrent:
     """A Recurrent model of one cell loaded with the fixture's canonical parameters."""
-    prefix = f"params/{cell}/"
-    params = {k.removeprefix(prefix): v for k, v in fx.items() if k.startswith(prefix)}
+    params = fx.under(f"params/{cell}")
     i, h, o = fx.dims["I"], fx.dims["H"], fx.dims["O"]
     return load_params(Recurrent(cell, i, h, o, getattr(torch, fx.dtype)), params)
 
 
 def step_loss(y: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """0.5 * mean((y - target)^2) of one step, y and target [B, O]. Raises ValueError on a shape mismatch."""
-    check_same_shape("step_loss", y=tuple(y.shape), target=tuple(target.shape))
+    check_same_shape("step_loss", y=y.shape, target=target.shape)
     return 0.5 * torch.mean((y - target) ** 2)
 
 
@@ -113,28 +123,34 @@ def train_windows(model: Recurrent, x: torch.Tensor, h: torch.Tensor, targets: t
     return total
 
 
+def gradients(model: Recurrent, x: torch.Tensor, h: torch.Tensor, targets: torch.Tensor, k: int):
+    """One forward, then the gradients run reports: (summed loss [], canonical gradients of the
+    parameters, d loss / dx [T, B, I], d loss_{T-1} / dx [T, B, I] of the last step's loss alone).
+
+    x [T, B, I] requiring grad, h [B, H], targets [T, B, O]; the carry detached every k steps (unroll).
+    Resets .grad first: backward accumulates, each call starts from no gradient.
+    """
+    model.zero_grad(set_to_none=True)
+    x.grad = None
+    losses = [step_loss(y, targets[t]) for t, y in enumerate(unroll(model, x, h, k))]  # T of []
+    (grad_last,) = torch.autograd.grad(losses[-1], x, retain_graph=True)  # the last step's loss alone
+    for start in range(0, x.shape[0], k):  # one backward per window, as a TBPTT training loop does
+        torch.stack(losses[start : start + k]).sum().backward()
+    return torch.stack(losses).sum(), grads_of(model), x.grad, grad_last
+
+
+def step_calls(fx, variant: str) -> list[StepCall]:
+    """make_step's calls: run's gradients of each cell on the fixture (no update; the summed loss first)."""
+    k = truncation_length(variant, fx.dims["T"])
+    models = [build_model(fx, cell) for cell in CELLS]
+    x, targets, h0 = field(fx, "x", requires_grad=True), field(fx, "targets"), field(fx, "h0")
+    return [StepCall(gradients, (model,), (x, h0, targets, k)) for model in models]
+
+
 @scenario_step("tbptt")
 def make_step(fx, variant: str) -> Callable[[], torch.Tensor]:
     """Both cells, as run: per-window backward and d(last loss)/dx; returns the loss summed over steps and cells."""
-    t_steps = fx.dims["T"]
-    k = truncation_length(variant, t_steps)
-    cells = [(build_model(fx, cell), tensor(fx, "x", requires_grad=True)) for cell in CELLS]
-    targets, h0 = tensor(fx, "targets"), tensor(fx, "h0")
-
-    def step() -> torch.Tensor:
-        # run does this inline (no public step function): the same calls, the gradients left in .grad
-        total = torch.zeros((), dtype=targets.dtype)
-        for model, x in cells:
-            model.zero_grad(set_to_none=True)
-            x.grad = None
-            losses = [step_loss(y, targets[t]) for t, y in enumerate(unroll(model, x, h0, k))]
-            torch.autograd.grad(losses[-1], x, retain_graph=True)
-            for start in range(0, t_steps, k):  # one backward per window, as a TBPTT training loop does
-                torch.stack(losses[start : start + k]).sum().backward()
-            total = total + torch.stack(losses).sum().detach()
-        return total
-
-    return step
+    return step_of(step_calls(fx, variant))
 
 
 @scenario_run("tbptt")
@@ -145,14 +161,11 @@ def run(fx, variant: str) -> dict[str, np.ndarray]:
     k = truncation_length(variant, t_steps)
     for cell in CELLS:
         model = build_model(fx, cell)
-        x, targets = tensor(fx, "x", requires_grad=True), tensor(fx, "targets")
-        losses = [step_loss(y, targets[t]) for t, y in enumerate(unroll(model, x, tensor(fx, "h0"), k))]
-        (grad_last,) = torch.autograd.grad(losses[-1], x, retain_graph=True)
-        for start in range(0, t_steps, k):  # one backward per window, as a TBPTT training loop does
-            torch.stack(losses[start : start + k]).sum().backward()
-        out[f"{cell}/loss"] = numpy(torch.stack(losses).sum())
-        out.update({f"{cell}/grads/{key}": g for key, g in grads_of(model).items()})
-        out[f"{cell}/grads/x"] = numpy(x.grad)
+        x, targets = field(fx, "x", requires_grad=True), field(fx, "targets")
+        loss, grads, g_x, grad_last = gradients(model, x, field(fx, "h0"), targets, k)
+        out[f"{cell}/loss"] = numpy(loss)
+        out.update({f"{cell}/grads/{key}": g for key, g in grads.items()})
+        out[f"{cell}/grads/x"] = numpy(g_x)
         grad_last = numpy(grad_last)
         out.update({f"{cell}/grads_last/x/t{t:02d}": grad_last[t] for t in range(t_steps)})
     return out

@@ -32,7 +32,7 @@ from ...shared.core.checks import check_truncation
 from ...shared.core.fixtures import require
 from ...shared.core.runner import lesson
 from .. import frozen_backbone, tbptt
-from .._common import array
+from .._common import StepCall, field
 
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
@@ -68,7 +68,7 @@ def dispatch_steps(fx) -> dict[str, Callable[[], jax.Array]]:
     traverses their object graph in Python on every call); `nnx_cached_partial_call`: the same
     function through nnx.cached_partial, the mitigation of the Flax performance guide.
     """
-    x = array(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
+    x = field(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
     model = frozen_backbone.build_model(fx)
     optimizer = frozen_backbone.make_optimizer(model, fx, "full_finetune")
     cached = nnx.cached_partial(_add_one_with_state, model, optimizer)
@@ -92,57 +92,69 @@ def _add_one_with_state(model: frozen_backbone.Classifier, optimizer: nnx.Optimi
 def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], jax.Array], Callable[[], dict]] | str]:
     """The scenario's step without nnx.jit's per-call overhead: {"jax_cached": ..., "jax_split": ...}.
 
-    Each value is (step, facts) or, for a step that has no nnx.jit call to tune, the reason.
-    `jax_cached`: the step's nnx.jit functions through nnx.cached_partial over their models and
-    optimizers (the graph traversal is cached); `jax_split`: one jax.jit of a pure function of
-    the nnx.split state that merges it, makes the same calls and returns the new state (the
-    Flax performance guide's functional form). Both start from the scenario's fixture as its
-    make_step does and return the same loss []; facts(): {"state_leaves": arrays carried}.
-    Raises ValueError unless fx is a float32 fixture of a scenario.
+    Built from the lesson's public `step_calls(fx, variant)`, the calls its make_step runs, each
+    with the NNX modules and optimizers it updates (`StepCall.nodes`). `jax_cached`: every call
+    through nnx.cached_partial over its nodes (the graph traversal is cached); `jax_split`: one
+    jax.jit of a pure function of the nnx.split state of all the nodes that merges it, makes the
+    same calls and returns the new state (the Flax performance guide's functional form). Both
+    start from the scenario's fixture as its make_step does and return the same loss []; facts():
+    {"state_leaves": arrays carried}. Each value is (step, facts), or the reason there is none:
+    the lesson's own (`NO_STEP_CALLS`), or that no call takes an NNX module (a jax.jit of arrays
+    has no graph to cache).
+    Raises ValueError unless fx is a float32 fixture of a scenario with a step and variant is one of its.
     """
     name = fx.scenario
     require(fx, name, "float32", "tuned_steps")
-    if name not in _NNX_CALLS:
-        why = (
-            "already a jax.jit (of arrays or nnx.split state)"
-            if name in _PURE
-            else "not in jax_impl/backend/bench.py's table of nnx.jit steps"
-        )
-        return {"jax_cached": f"{name}'s step is {why}: nothing to cache", "jax_split": f"{name}'s step is {why}"}
-    module, pick = lesson("jax", name), _PICK.get(name, lambda out: out[0])
+    fx.spec.check_variant(variant)
+    if not fx.spec.has_step:
+        raise ValueError(f"tuned_steps: fx expected a fixture of a scenario with a step, got {name!r}")
+    module = lesson("jax", name)
+    if hasattr(module, "NO_STEP_CALLS"):
+        why = f"{name} has no step_calls: {module.NO_STEP_CALLS}"
+        return {"jax_cached": why, "jax_split": why}
+    if not any(call.nodes for call in module.step_calls(fx, variant)):
+        why = f"{name}'s step is already a jax.jit of arrays (no NNX module in its step_calls)"
+        return {"jax_cached": f"{why}: nothing to cache", "jax_split": f"{why}: nothing to split"}
     tuned = {}
     for label, build in (("jax_cached", _cached), ("jax_split", _split)):
-        step, leaves = build(_NNX_CALLS[name](module, fx, variant), pick)
+        step, leaves = build(module.step_calls(fx, variant))  # each form its own models, fresh from the fixture
         tuned[label] = (step, lambda n=leaves: {"state_leaves": n})
     return tuned
 
 
-def _cached(calls, pick):
-    cached = [(nnx.cached_partial(fn, *nodes), args, statics) for fn, nodes, args, statics in calls]
-    leaves = len(jax.tree.leaves(nnx.state(tuple(n for _, nodes, _, _ in calls for n in nodes))))
+def _loss(out, path: tuple[int, ...]) -> jax.Array:
+    for i in path:
+        out = out[i]
+    return out
+
+
+def _cached(calls: list[StepCall]) -> tuple[Callable[[], jax.Array], int]:
+    cached = [(nnx.cached_partial(call.fn, *call.nodes), call) for call in calls]
+    leaves = len(jax.tree.leaves(nnx.state(tuple(n for call in calls for n in call.nodes))))
 
     def step() -> jax.Array:
-        losses = [pick(fn(*args, **statics)) for fn, args, statics in cached]
-        return jax.block_until_ready(sum(losses[1:], losses[0]))
+        outs = jax.block_until_ready([fn(*call.args, **call.kwargs) for fn, call in cached])
+        losses = [_loss(out, call.loss) for out, call in zip(outs, calls, strict=True)]
+        return sum(losses[1:], losses[0])
 
     return step, leaves
 
 
-def _split(calls, pick):
-    nodes = list({id(n): n for _, ns, _, _ in calls for n in ns}.values())  # each model or optimizer once
-    where = [[next(i for i, n in enumerate(nodes) if n is m) for m in ns] for _, ns, _, _ in calls]
+def _split(calls: list[StepCall]) -> tuple[Callable[[], jax.Array], int]:
+    nodes = list({id(n): n for call in calls for n in call.nodes}.values())  # each model or optimizer once
+    where = [[next(i for i, n in enumerate(nodes) if n is m) for m in call.nodes] for call in calls]
     graphdef, state = nnx.split(tuple(nodes))
 
     @jax.jit
     def pure(state, args):
         objects = nnx.merge(graphdef, state)
         losses = [
-            pick(fn(*(objects[i] for i in idx), *a, **statics))
-            for (fn, _, _, statics), idx, a in zip(calls, where, args, strict=True)
+            _loss(call.fn(*(objects[i] for i in idx), *a, **call.kwargs), call.loss)
+            for call, idx, a in zip(calls, where, args, strict=True)
         ]
         return sum(losses[1:], losses[0]), nnx.state(objects)
 
-    args = [a for _, _, a, _ in calls]
+    args = [call.args for call in calls]
 
     def step() -> jax.Array:
         nonlocal state
@@ -150,60 +162,6 @@ def _split(calls, pick):
         return loss
 
     return step, len(jax.tree.leaves(state))
-
-
-def _arrays(fx, *keys: str) -> tuple[jax.Array, ...]:
-    return tuple(array(fx, k) for k in keys)
-
-
-# scenario -> the nnx.jit calls of its make_step: [(function, models and optimizers, arrays, static kwargs)]
-_NNX_CALLS = {
-    "frozen_backbone": lambda m, fx, v: [
-        (
-            m.train_step,
-            (model := m.build_model(fx), m.make_optimizer(model, fx, v)),
-            _arrays(fx, "x", "labels"),
-            {"variant": v},
-        )
-    ],
-    "multitask": lambda m, fx, v: [
-        (m.loss_and_grads, (m.build_model(fx),), _arrays(fx, "x", "y1", "labels"), {"variant": v})
-    ],
-    "dqn_target": lambda m, fx, v: [
-        (
-            m.train_step,
-            (*(nets := m.build_networks(fx)), nnx.Optimizer(nets[0], optax.sgd(fx.scalar("lr")), wrt=nnx.Param)),
-            ({k: array(fx, k) for k in ("obs", "actions", "rewards", "next_obs", "dones")}, array(fx, "gamma")),
-            {"variant": v},
-        )
-    ],
-    "actor_critic": lambda m, fx, v: [
-        (
-            m._step,
-            (m.build_model(fx),),
-            ({k: array(fx, k) for k in ("obs", "actions", "returns", "noise")}, *_arrays(fx, "vf_coef", "ent_coef")),
-            {"variant": v},
-        )
-    ],
-    "attention_detach": lambda m, fx, v: [
-        (m._grads, (m.build_model(fx),), _arrays(fx, "x", "mask", "target"), {"variant": v})
-    ],
-    "gan": lambda m, fx, v: [
-        (
-            m.discriminator_step,
-            (model := m.build_model(fx), (opts := m.make_optimizers(model, fx))[0]),
-            _arrays(fx, "real", "z"),
-            {"variant": v},
-        ),
-        (m.generator_step, (model, opts[1]), _arrays(fx, "z"), {}),
-    ],
-    "no_grad_inference": lambda m, fx, v: [
-        (m.validate, (m.build_model(fx),), _arrays(fx, "x", "labels"), {"variant": v})
-    ],
-    "feature_stats": lambda m, fx, v: [(m.train_step, (m.build_model(fx),), _arrays(fx, "x", "y"), {"variant": v})],
-}
-_PICK = {"attention_detach": lambda out: out[0][0], "no_grad_inference": lambda out: out[1]}  # where the loss is
-_PURE = {"basics", "linear_regression", "maml", "tbptt", "grad_clipping", "mixed_precision", "data_vs_detach"}
 
 
 def freezing_steps(fx) -> dict[str, Callable[[], jax.Array]]:
@@ -216,7 +174,7 @@ def freezing_steps(fx) -> dict[str, Callable[[], jax.Array]]:
     Raises ValueError for any other fixture.
     """
     require(fx, "frozen_backbone", "float32", "freezing_steps")
-    x, labels = array(fx, "x"), array(fx, "labels")
+    x, labels = field(fx, "x"), field(fx, "labels")
     steps: dict[str, Callable[[], jax.Array]] = {}
     for variant in ("full_finetune", "detach_features", "freeze_params"):
         model = frozen_backbone.build_model(fx)
@@ -284,7 +242,7 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], jax.Array], Callable
     t_steps = require(fx, "tbptt", "float32", "tbptt_step").dims["T"]
     k = check_truncation("tbptt_step", k, t_steps, divides=form == "windows")
     model, params = tbptt.build_model(fx, "gru")
-    args = (params, array(fx, "x"), array(fx, "h0"), array(fx, "targets"))
+    args = (params, field(fx, "x"), field(fx, "h0"), field(fx, "targets"))
     if form == "windows":
         fn = jax.jit(lambda p, x, h, y: tbptt.train_windows(model, p, x, h, y, k))
     else:  # the carry is stopped every k steps, but one gradient keeps every step's residuals

@@ -1,6 +1,6 @@
 """`detach-parity`: the command line. One subcommand per module of shared/apps/.
 
-    detach-parity run | list | show | site | docs | claims | bench | selfcheck
+    detach-parity run | list | show | site | docs | claims | bench | selfcheck | check | similarity
 
 Exit status: 0 success, 1 a failed check, 2 bad arguments (the message names the
 argument, the expected and the actual value) or an output that could not be written,
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 
-from . import bench, docs, run, selfcheck, show, site
+from . import bench, docs, run, selfcheck, show, similarity, site
 from .check import cli as check_cli
 from .claims import cli as claims_cli
 from .common import (
@@ -43,6 +43,7 @@ SUBCOMMANDS: dict[str, Callable] = {
     "check": check_cli.add_parser,
     "show": show.add_parser,
     "site": site.add_parser,
+    "similarity": similarity.add_parser,
 }
 
 

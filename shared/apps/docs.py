@@ -64,6 +64,7 @@ GENERIC_TESTS = frozenset(
         "test_port_deep.py",
         "test_backend.py",
         "test_install.py",
+        "test_similarity.py",
     }
 )
 

@@ -30,8 +30,10 @@ class Lesson(Protocol):
     """A scenario's module (`torch_impl/<name>.py`, `jax_impl/<name>.py`).
 
     `run(fx, variant)`: the outputs of one case, flat numpy arrays keyed like the oracle's.
-    A lesson whose record has a step also has `make_step(fx, variant) -> () -> loss`; a
-    data-parallel lesson has `run_rank(fx, variant)`, what one rank computes.
+    A lesson whose record has a step also has `make_step(fx, variant) -> () -> loss`, and either
+    `step_calls(fx, variant)`, the calls that step makes (`StepCall`s of its `_common`: function,
+    the modules and optimizers it updates, its arrays; the bench tunes them), or `NO_STEP_CALLS`,
+    the reason it has none. A data-parallel lesson has `run_rank(fx, variant)`, what one rank computes.
     """
 
     def run(self, fx: Any, variant: str) -> Arrays: ...

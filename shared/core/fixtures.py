@@ -101,6 +101,18 @@ class Fixture(Mapping[str, np.ndarray]):
         """A 0-d float field as a Python float (hyper-parameters)."""
         return float(self[key])
 
+    def under(self, prefix: str) -> dict[str, np.ndarray]:
+        """The fields under `prefix/`, keyed by the rest of their path: `fx.under("params")` gives
+        {"l1/kernel": ..., "l1/bias": ...} for the fields params/l1/kernel, params/l1/bias (read-only views).
+
+        Raises KeyError naming the prefix and the fields when no field is under it.
+        """
+        head = f"{prefix.rstrip('/')}/"
+        out = {k.removeprefix(head): self[k] for k in self._arrays if k.startswith(head)}
+        if not out:
+            raise KeyError(f"fixture {self.scenario!r} has no field under {head!r}; fields: {sorted(self._arrays)}")
+        return out
+
     def float64(self) -> dict[str, np.ndarray]:
         """Writable float64 copies of every float field (ints and bools unchanged), for the oracle."""
         return {k: v.astype(np.float64) if v.dtype.kind == "f" else v.copy() for k, v in self._arrays.items()}

@@ -31,7 +31,7 @@ from ...shared.core.checks import check_truncation
 from ...shared.core.fixtures import require
 from ...shared.core.runner import lesson
 from .. import frozen_backbone, tbptt
-from .._common import tensor
+from .._common import field
 
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
@@ -74,7 +74,7 @@ def dispatch_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
 
     What a tiny step pays per operation in eager mode; compare the JAX twin's per-call costs.
     """
-    x = tensor(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
+    x = field(require(fx, "frozen_backbone", "float32", "dispatch_steps"), "x")
     return {"eager_op": _synced(lambda: x + 1.0)}
 
 
@@ -86,12 +86,18 @@ def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], torch.Tensor],
     its first call compiles, and a step that cannot be compiled raises there (the bench reports
     it). Dynamo's caches are reset first, so each compile starts from nothing. facts(): the
     graphs compiled and the graph breaks met so far (Dynamo's counters: every backward() and
-    autograd.grad call splits a step). fx: a float32 fixture of a scenario with a step.
-    Raises ValueError as that make_step.
+    autograd.grad call splits a step). Every lesson with a step gets the column: torch.compile
+    takes the step whole (the JAX twin tunes the lesson's step_calls one by one).
+    Raises ValueError unless fx is a float32 fixture of a scenario with a step and variant is one of its.
     """
     from torch._dynamo.utils import counters
 
-    step = lesson("torch", fx.scenario).make_step(fx, variant)
+    name = fx.scenario
+    require(fx, name, "float32", "tuned_steps")
+    fx.spec.check_variant(variant)
+    if not fx.spec.has_step:
+        raise ValueError(f"tuned_steps: fx expected a fixture of a scenario with a step, got {name!r}")
+    step = lesson("torch", name).make_step(fx, variant)
     torch._dynamo.reset()
     counters.clear()
     compiled = torch.compile(step, mode="default", dynamic=False)
@@ -121,7 +127,7 @@ def freezing_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
     Raises ValueError for any other fixture.
     """
     require(fx, "frozen_backbone", "float32", "freezing_steps")
-    x, labels = tensor(fx, "x"), tensor(fx, "labels")
+    x, labels = field(fx, "x"), field(fx, "labels")
     steps: dict[str, Callable[[], torch.Tensor]] = {}
     for variant in ("full_finetune", "detach_features", "freeze_params"):
         model = frozen_backbone.build_model(fx)
@@ -202,7 +208,7 @@ def tbptt_step(fx, form: str, k: int) -> tuple[Callable[[], torch.Tensor], Calla
     t_steps = require(fx, "tbptt", "float32", "tbptt_step").dims["T"]
     k = check_truncation("tbptt_step", k, t_steps, divides=form == "windows")
     model = tbptt.build_model(fx, "gru")
-    x, h0, targets = tensor(fx, "x"), tensor(fx, "h0"), tensor(fx, "targets")
+    x, h0, targets = field(fx, "x"), field(fx, "h0"), field(fx, "targets")
 
     def step() -> torch.Tensor:
         model.zero_grad(set_to_none=True)
