@@ -164,9 +164,7 @@ def test_p04_a_mutated_naive_port_fails(monkeypatch: pytest.MonkeyPatch) -> None
     real, traced = j04.gelu, j04.gelu_and_grad.__wrapped__
     monkeypatch.setattr(j04, "gelu", lambda x, v: jnp.sin(x) * 1e3 if v == "naive" else real(x, v))
     # a new function under a new jit: the cached trace of the real gelu must not answer
-    monkeypatch.setattr(
-        j04, "gelu_and_grad", jax.jit(lambda x, variant: traced(x, variant), static_argnames="variant")
-    )
+    monkeypatch.setattr(j04, "gelu_and_grad", jax.jit(lambda x, variant: traced(x, variant), static_argnames="variant"))
     r = run_case("p04_gelu", "naive", "float64", case="handed")
     assert r.verdict == "FAIL"
     assert not r.divergent.ok  # it still differs from torch ...

@@ -91,7 +91,16 @@ def test_index_verdicts_claims_and_cheat_sheet(built) -> None:
 def test_scenario_page_aligns_code_and_marks_grad_flow(built) -> None:
     html = (built / "basics.html").read_text(encoding="utf-8")
     rows = blocks.aligned_rows("basics")
-    assert [r.name for r in rows] == [blocks.HEADER, "forward", "loss_via_z", "loss_total", "make_step", "run"]
+    assert [r.name for r in rows] == [
+        blocks.HEADER,
+        "forward",
+        "loss_via_z",
+        "loss_total",
+        "gradients",
+        "step_calls",
+        "make_step",
+        "run",
+    ]
     assert html.count('class="cell torch"') == html.count('class="cell jax"') == len(rows)
     tags = sum(
         len(re.findall(r"#\s*GRAD-FLOW:", (ROOT / f"{fw}_impl" / "basics.py").read_text(encoding="utf-8")))
