@@ -28,56 +28,14 @@ import optax
 from flax import nnx
 
 from .._common import numerics
+from .knobs import knob as apply_knob
+from .knobs import knobs
 from .port import _key, _sequential_alias, native
 
 __all__ = ["knobs", "run_loss", "train"]
 
 # the checker calls each compiled function a few times: compile time dominates, so XLA's cheapest level
 _FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-# the counterfactuals of the port (precision), each named by one record of the checker's catalogue
-# (shared/apps/check/catalogue/), which says what it changes and which pitfall it confirms
-_KNOBS = ("matmul_default", "attention_full_precision")
-
-
-def knobs() -> frozenset[str]:
-    """The counterfactuals `run_loss` / `train` can apply on this side, by name (no matmul_default on a
-    CPU, where JAX computes float32 matmuls in full float32 whatever the precision setting)."""
-    on_cpu = jax.default_backend() == "cpu"
-    return frozenset(k for k in _KNOBS if not (on_cpu and k == "matmul_default"))
-
-
-@contextlib.contextmanager
-def _knob(name: str | None) -> Iterator[None]:
-    if name is None:
-        yield
-    elif name == "matmul_default":
-        with jax.default_matmul_precision("default"):
-            yield
-    elif name == "attention_full_precision":
-        original = jax.nn.dot_product_attention
-        jax.nn.dot_product_attention = _attention  # nnx.dot_product_attention calls it through jax.nn
-        try:
-            yield
-        finally:
-            jax.nn.dot_product_attention = original
-    else:
-        raise ValueError(f"knob expected one of {sorted(_KNOBS)} or None, got {name!r}")
-
-
-def _attention(query, key, value, bias=None, mask=None, *, is_causal=False, scale=None, **_):
-    # jax.nn.dot_product_attention's maths with the softmax in the inputs' dtype (it always takes float32)
-    logits = jnp.einsum("btnh,bsnh->bnts", query, key) * (scale or 1 / np.sqrt(query.shape[-1]))
-    if bias is not None:
-        logits = logits + bias
-    if is_causal:
-        mask = (
-            jnp.tril(jnp.ones(logits.shape[-2:], bool))
-            if mask is None
-            else mask & jnp.tril(jnp.ones(logits.shape[-2:], bool))
-        )
-    if mask is not None:
-        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
-    return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1), value)
 
 
 def _leaves(tree, top) -> list[jax.Array]:
@@ -196,7 +154,7 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
     Raises:
       ValueError: the loss raised, is not a scalar, or is not reproducible (random in the forward).
     """
-    with numerics(dtype), _knob(knob):
+    with numerics(dtype), apply_knob(knob):
         b = _batch(batch)
         graphdef, state = nnx.split(model)
 
@@ -228,7 +186,7 @@ def train(
       holds "run": what run_loss returns for the starting model (the same compiled function: one
       compile for the gradients, the outputs and the update).
     """
-    with numerics(dtype), _knob(knob):
+    with numerics(dtype), apply_knob(knob):
         b = _batch(batch)
         name = "jax_step" if step is not None else "jax_loss"
         runs = []

@@ -1,0 +1,71 @@
+"""Port checker, JAX half, counterfactuals: the knobs a run of the port can apply; the mirror of
+torch_impl/backend/knobs.py.
+
+What it does: each knob changes how the NNX port computes for one run (the matmul precision, a
+full-precision attention softmax), so that if the port with the knob matches torch, the knob names
+the bug.
+Gradient flow: unchanged; a knob changes precision only.
+Port note: jax.nn.dot_product_attention is restored when the run ends.
+Shapes: as the user's model.
+Reference: the checker's catalogue (shared/apps/check/catalogue/), one record per knob.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["knobs", "knob"]
+
+# the counterfactuals of the port (precision), each named by one record of the checker's catalogue
+# (shared/apps/check/catalogue/), which says what it changes and which pitfall it confirms
+_KNOBS = ("matmul_default", "attention_full_precision")
+
+
+def knobs() -> frozenset[str]:
+    """The counterfactuals `run_loss` / `train` can apply on this side, by name (no matmul_default on a
+    CPU, where JAX computes float32 matmuls in full float32 whatever the precision setting)."""
+    on_cpu = jax.default_backend() == "cpu"
+    return frozenset(k for k in _KNOBS if not (on_cpu and k == "matmul_default"))
+
+
+@contextlib.contextmanager
+def knob(name: str | None) -> Iterator[None]:
+    """Applies the knob `name` to JAX for the body of the with; restores what it patched.
+
+    Raises ValueError naming the knob when it is not one of `knobs()`.
+    """
+    if name is None:
+        yield
+    elif name == "matmul_default":
+        with jax.default_matmul_precision("default"):
+            yield
+    elif name == "attention_full_precision":
+        original = jax.nn.dot_product_attention
+        jax.nn.dot_product_attention = _attention  # nnx.dot_product_attention calls it through jax.nn
+        try:
+            yield
+        finally:
+            jax.nn.dot_product_attention = original
+    else:
+        raise ValueError(f"knob expected one of {sorted(_KNOBS)} or None, got {name!r}")
+
+
+def _attention(query, key, value, bias=None, mask=None, *, is_causal=False, scale=None, **_):
+    # jax.nn.dot_product_attention's maths with the softmax in the inputs' dtype (it always takes float32)
+    logits = jnp.einsum("btnh,bsnh->bnts", query, key) * (scale or 1 / np.sqrt(query.shape[-1]))
+    if bias is not None:
+        logits = logits + bias
+    if is_causal:
+        mask = (
+            jnp.tril(jnp.ones(logits.shape[-2:], bool))
+            if mask is None
+            else mask & jnp.tril(jnp.ones(logits.shape[-2:], bool))
+        )
+    if mask is not None:
+        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+    return jnp.einsum("bnts,bsnh->btnh", jax.nn.softmax(logits, axis=-1), value)
