@@ -106,7 +106,9 @@ def train_step(model: Classifier, optimizer: nnx.Optimizer, x: jax.Array, labels
         return cross_entropy(model(x, variant), labels)
 
     loss, grads = nnx.value_and_grad(loss_fn, argnums=nnx.DiffState(0, diff))(model)
-    optimizer.update(model, grads if variant in ("full_finetune", "naive_stop_gradient") else grads.filter(HEAD))
+    optimizer.update(
+        model, grads if variant in ("full_finetune", "naive_stop_gradient") else nnx.filter_state(grads, HEAD)
+    )
     return loss, grads
 
 

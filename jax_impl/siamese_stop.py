@@ -107,7 +107,7 @@ def train_step(model: Siamese, optimizer: nnx.Optimizer, views: tuple, tau: jax.
         for i, name in enumerate(("term12", "term21")):
             view_grads[name] = jax.grad(lambda v, i=i: terms(model, v)[i])(views)
     loss, grads = nnx.value_and_grad(lambda m: sum(terms(m, views)))(model)
-    optimizer.update(model, grads.filter(LEARNED))
+    optimizer.update(model, nnx.filter_state(grads, LEARNED))
     if variant == "byol":
         ema_update(model.online, model.target, tau)
     return loss, grads, view_grads

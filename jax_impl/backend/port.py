@@ -55,9 +55,16 @@ def _key(path) -> str:
 
 
 def check_model(model) -> None:
-    """Raise ValueError unless `model` is an nnx.Module whose forward is deterministic (no live dropout)."""
+    """Raise ValueError unless `model` is an nnx.Module whose forward is deterministic (no live dropout) and
+    whose leaves are real values (not complex)."""
     if not isinstance(model, nnx.Module):
         raise ValueError(f"jax_model: expected a flax.nnx.Module, got {type(model).__name__}")
+    for path, var in nnx.to_flat_state(nnx.state(model)):
+        if jnp.iscomplexobj(var.get_value()):  # casting to float64 would drop the imaginary part silently
+            raise ValueError(
+                f"jax_model: {_key(path)} is {var.get_value().dtype}: the checker compares real "
+                "parameters (float64 / float32)"
+            )
     for path, sub in nnx.iter_modules(model):
         rate = getattr(sub, "dropout_rate", getattr(sub, "rate", 0.0)) if isinstance(sub, nnx.Dropout) else 0.0
         if isinstance(sub, nnx.MultiHeadAttention):
@@ -84,7 +91,7 @@ def copy_model(model, dtype: str):
                 if value is not None and jnp.issubdtype(value, jnp.floating):
                     setattr(sub, attr, jnp.dtype(dtype))
         state = nnx.state(twin, _STATE)
-        for _, var in state.flat_state():
+        for _, var in nnx.to_flat_state(state):
             value = var.get_value()
             if jnp.issubdtype(value.dtype, jnp.floating):
                 var.set_value(jnp.asarray(np.asarray(value, dtype=dtype)))  # cast in numpy: no XLA compile per shape
@@ -136,7 +143,7 @@ def structure(model) -> dict:
             "shape": tuple(v.get_value().shape),
             "kind": "batch_stat" if isinstance(v, nnx.BatchStat) else "param",
         }
-        for p, v in nnx.state(model, _STATE).flat_state()
+        for p, v in nnx.to_flat_state(nnx.state(model, _STATE))
     }
     return {"modules": mods, "variables": variables}
 
@@ -159,7 +166,7 @@ def to_native(model, canonical: Mapping[str, Mapping[str, np.ndarray]], grad: bo
     Raises:
       ValueError: a unit path is not a module, a leaf is missing, or a shape differs (names both shapes).
     """
-    state = {_key(p): v.get_value() for p, v in nnx.state(model, _STATE).flat_state()}
+    state = {_key(p): v.get_value() for p, v in nnx.to_flat_state(nnx.state(model, _STATE))}
     leaves, sources, dropped = {}, {}, {}
     for unit, canon in canonical.items():
         try:
@@ -208,7 +215,7 @@ def read(model, units: list[str]) -> dict[str, dict[str, np.ndarray]]:
 
 def native(model) -> dict[str, np.ndarray]:
     """Every nnx.Param and nnx.BatchStat of `model` as numpy, keyed by its '/'-joined path."""
-    return {_key(p): np.asarray(jax.device_get(v.get_value())) for p, v in nnx.state(model, _STATE).flat_state()}
+    return {_key(p): np.asarray(jax.device_get(v.get_value())) for p, v in nnx.to_flat_state(nnx.state(model, _STATE))}
 
 
 def load(model, canonical: Mapping[str, Mapping[str, np.ndarray]], strict: bool = True) -> dict[str, str]:
@@ -221,9 +228,9 @@ def load(model, canonical: Mapping[str, Mapping[str, np.ndarray]], strict: bool 
     if strict and dropped:
         raise ValueError(f"jax_model: torch weights with no place in the NNX model: {dropped}")
     state = nnx.state(model, _STATE)
-    wide = any(v.get_value().dtype == jnp.float64 for _, v in state.flat_state())
+    wide = any(v.get_value().dtype == jnp.float64 for _, v in nnx.to_flat_state(state))
     with numerics("float64" if wide else "float32"):  # a float64 model keeps its float64 leaves
-        for path, var in state.flat_state():
+        for path, var in nnx.to_flat_state(state):
             key = _key(path)
             if key in leaves:
                 var.set_value(jnp.asarray(np.asarray(leaves[key], dtype=var.get_value().dtype)))

@@ -132,7 +132,7 @@ def _recorded(probe, loss_fn: Callable, b) -> tuple[jax.Array, dict]:
 def _run(first, outputs, loss, grads, trainable: set[str]) -> dict:
     if not np.allclose(np.asarray(first), np.asarray(loss), rtol=1e-6, atol=0, equal_nan=True):
         raise ValueError(f"jax_loss: two calls gave {float(first)!r} and {float(loss)!r}: random in the forward?")
-    grads = {_key(p): np.asarray(v.get_value()) for p, v in grads.flat_state()}
+    grads = {_key(p): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(grads)}
     return {
         "loss": np.asarray(loss),
         "outputs": {k: [[np.asarray(a) for a in call] for call in v] for k, v in outputs.items()},
@@ -169,7 +169,7 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
             lambda m, b: _jit_or_eager(forward_and_gradient, state, b), model, b, "jax_loss"
         )
         nnx.update(model, after)  # the BatchStats the forward updated, as torch's buffers
-        return _run(first, outputs, loss, grads, {_key(p) for p, _ in nnx.state(model, wrt).flat_state()})
+        return _run(first, outputs, loss, grads, {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))})
 
 
 def train(
@@ -198,7 +198,7 @@ def train(
             # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
             opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
             graphdef, state = nnx.split((model, opt))
-            trainable = {_key(p) for p, _ in nnx.state(model, wrt).flat_state()}
+            trainable = {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}
 
             @functools.partial(jax.jit, compiler_options=_FAST)
             def update(state, batch):
@@ -206,7 +206,7 @@ def train(
                 first, outputs = _recorded(nnx.merge(graphdef, _copy(state))[0], loss_fn, batch)
                 loss, grads = nnx.value_and_grad(loss_fn)(m, batch)  # every nnx.Param: a stop shows as exact zeros
                 # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
-                o.update(m, grads.filter(wrt))
+                o.update(m, nnx.filter_state(grads, wrt))
                 return loss, (first, outputs, loss, grads), nnx.state((m, o))
 
             def step(m, batch):

@@ -4,7 +4,7 @@
 
 Exit status: 0 success, 1 a failed check, 2 bad arguments (the message names the
 argument, the expected and the actual value) or an output that could not be written,
-130 interrupted (Ctrl-C; nothing half-written is left), 141 standard output closed
+3 an internal error (one line; `--traceback` before the command prints the traceback), 130 interrupted (Ctrl-C; nothing half-written is left), 141 standard output closed
 early (e.g. `| head`; files the command writes are written before its tables).
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 
 from rich.console import Console
@@ -22,6 +23,7 @@ from .check import cli as check_cli
 from .claims import cli as claims_cli
 from .common import (
     EXIT_BROKEN_PIPE,
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     UsageError,
@@ -59,6 +61,9 @@ class _Stdout(Console):
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="detach-parity", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--traceback", action="store_true", help="on an internal error (exit 3), print its traceback too"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in SUBCOMMANDS.values():
         add(sub)
@@ -102,6 +107,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         say("error: standard output was closed before the command finished (files it writes come first)")
         return EXIT_BROKEN_PIPE
+    except Exception as exc:  # not a verdict: exit 1 would tell a CI job that the port or a lesson is wrong
+        if args.traceback:
+            print_error("".join(traceback.format_exception(exc)).rstrip())
+        say(
+            f"internal error: {type(exc).__name__}: {exc} (a bug in detach-parity: please report it; --traceback shows where)"
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from .argtypes import bounded_int, json_path, non_negative_int, out_dir, positiv
 from .exits import (
     EXIT_BROKEN_PIPE,
     EXIT_FAILED,
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
@@ -33,6 +34,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_FAILED",
     "EXIT_USAGE",
+    "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
     "EXIT_BROKEN_PIPE",
     "UsageError",

@@ -15,6 +15,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_FAILED",
     "EXIT_USAGE",
+    "EXIT_INTERNAL",
     "EXIT_INTERRUPTED",
     "EXIT_BROKEN_PIPE",
     "UsageError",
@@ -26,6 +27,7 @@ __all__ = [
 EXIT_OK = 0  # every check passed
 EXIT_FAILED = 1  # a check failed (a mismatch, a broken lesson, a surviving mutant)
 EXIT_USAGE = 2  # bad arguments, or an output that could not be written where asked
+EXIT_INTERNAL = 3  # an error inside detach-parity itself (a bug to report), never a verdict on the input
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), nothing half-written left behind
 EXIT_BROKEN_PIPE = 141  # standard output closed early (128 + SIGPIPE, as a shell reports it)
 

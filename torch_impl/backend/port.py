@@ -46,10 +46,38 @@ def _key(path: str) -> str:
 
 
 def check_model(model) -> None:
-    """Raise ValueError unless `model` is an nn.Module whose forward is deterministic (no live dropout)."""
+    """Raise ValueError unless `model` is an nn.Module whose forward is deterministic (no live dropout) and
+    whose leaves the checker can copy: real values (not complex, not on the meta device), no parametrization
+    (weight norm, spectral norm) between a trained leaf and the weight the port holds."""
     if not isinstance(model, nn.Module):
         raise ValueError(f"torch_model: expected a torch.nn.Module, got {type(model).__name__}")
+    for name, value in (*model.named_parameters(), *model.named_buffers()):
+        if value.is_meta:  # no values to copy or compare: torch would raise deep inside a copy
+            raise ValueError(
+                f"torch_model: {name} is on the meta device (no values): materialise it first "
+                "(model.to_empty(device='cpu'), then initialise or load the weights)"
+            )
+        if value.is_complex():  # casting to float64 would drop the imaginary part silently
+            raise ValueError(
+                f"torch_model: {name} is {str(value.dtype).removeprefix('torch.')}: the checker "
+                "compares real parameters (float64 / float32)"
+            )
     for path, sub in model.named_modules():
+        hooks = {type(h).__name__ for h in sub._forward_pre_hooks.values()} & {"WeightNorm", "SpectralNorm"}
+        if hooks:  # the older hook form (torch.nn.utils.weight_norm): weight_g / weight_v train, weight is recomputed
+            raise ValueError(
+                f"torch_model: {type(sub).__name__} at {path or '(model)'} has {sorted(hooks)[0]} "
+                "(torch.nn.utils.weight_norm / spectral_norm): its trained leaves are not the weight the port "
+                "holds. Check a copy with it removed: torch.nn.utils.remove_weight_norm(module)"
+            )
+        if parametrized := sorted(getattr(sub, "parametrizations", {}) or {}):
+            kinds = sorted({type(q).__name__ for name in parametrized for q in sub.parametrizations[name]})
+            raise ValueError(
+                f"torch_model: {type(sub).__name__} at {path or '(model)'} has parametrized {parametrized} "
+                f"({', '.join(kinds)}: weight norm, spectral norm, ...): its trained leaves are not the weight the "
+                "port holds. Check a copy with the weight folded in: torch.nn.utils.parametrize."
+                "remove_parametrizations(module, name, leave_parametrized=True)"
+            )
         p = getattr(sub, "p", 0.0) if isinstance(sub, nn.modules.dropout._DropoutNd) else 0.0
         if isinstance(sub, nn.MultiheadAttention) or (isinstance(sub, nn.RNNBase) and sub.num_layers > 1):
             p = sub.dropout

@@ -200,6 +200,14 @@ def train(
                 raise ValueError(
                     f"torch_optimizer: expected a factory of torch.optim.Optimizer, got {type(opt).__name__}"
                 )
+            given = {id(q) for q in model.parameters()}
+            if foreign := sum(id(q) not in given for g in opt.param_groups for q in g["params"]):
+                # the user's own optimizer: stepping (or zeroing) it would change their model, not this copy
+                raise ValueError(
+                    f"torch_optimizer: expected a new optimizer over the parameters it is given, got a "
+                    f"{type(opt).__name__} holding {foreign} other tensor(s) (your own optimizer?): build it from "
+                    "them, e.g. lambda params: torch.optim.Adam(params, lr=1e-3)"
+                )
             if knob and "adam_swapped" in knob.split("+"):
                 if any("decoupled_weight_decay" not in g for g in opt.param_groups):
                     raise ValueError(f"knob adam_swapped: expected torch.optim.Adam / AdamW, got {type(opt).__name__}")

@@ -28,13 +28,16 @@ MAX_STEPS = 100  # optimizer steps compared: drift shows within a few; more only
 
 
 def validate_batch(batch) -> dict[str, np.ndarray]:
-    """The batch as a dict of numpy arrays; PortInputError naming the key for anything else or NaN / inf."""
+    """The batch as a dict of numpy arrays (torch tensors and JAX arrays are read as their values; a tensor
+    that requires grad too); PortInputError naming the key for anything else or NaN / inf."""
     if not isinstance(batch, Mapping) or not batch:
         raise PortInputError(f"batch: expected a non-empty dict of numpy arrays, got {type(batch).__name__}")
     out = {}
     for key, value in batch.items():
         if not isinstance(key, str):
             raise PortInputError(f"batch: keys expected str, got {key!r}")
+        if callable(getattr(value, "detach", None)):  # a torch tensor, perhaps requiring grad: its values only
+            value = value.detach().cpu().numpy()
         arr = np.asarray(value)
         if arr.size == 0:
             raise PortInputError(f"batch[{key!r}]: expected a non-empty array, got shape {arr.shape}")

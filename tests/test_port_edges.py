@@ -1,0 +1,144 @@
+"""What real models contain, handled or refused by name (issue 25 items 8 and 9): parametrized weights,
+integer buffers in another width, meta and complex leaves, a batch tensor that requires grad, the user's own
+optimizer; an internal error has its own exit code; the checker runs clean with warnings as errors."""
+
+from __future__ import annotations
+
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import torch
+from detach_parity import check_port
+from detach_parity.shared.apps.check import cli as check_cli
+from detach_parity.shared.apps.check.match import PortInputError
+from detach_parity.shared.apps.cli import main
+from flax import nnx
+from torch import nn
+
+RNG = np.random.default_rng(7)
+BATCH = {"x": RNG.normal(size=(4, 3)), "y": RNG.normal(size=(4, 2))}
+
+
+def torch_loss(m, b):
+    return ((m(b["x"]) - b["y"]) ** 2).mean()
+
+
+def jax_loss(m, b):
+    return jnp.mean((m(b["x"]) - b["y"]) ** 2)
+
+
+def _port() -> nnx.Module:
+    return nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+
+
+def _check(torch_model, jax_model, batch=BATCH, **kwargs):
+    return check_port(torch_model, jax_model, batch, torch_loss=torch_loss, jax_loss=jax_loss, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: nn.utils.parametrizations.weight_norm(nn.Linear(3, 2)), "parametrized ['weight'] (_WeightNorm"),
+        (lambda: nn.utils.parametrizations.spectral_norm(nn.Linear(3, 2)), "parametrized ['weight'] (_SpectralNorm"),
+        (lambda: nn.Linear(3, 2, device="meta"), "weight is on the meta device"),
+        (lambda: nn.Linear(3, 2, dtype=torch.complex64), "weight is complex64"),
+    ],
+    ids=["weight_norm", "spectral_norm", "meta", "complex"],
+)
+def test_leaves_the_checker_cannot_copy_are_refused_by_name(make, message) -> None:
+    with pytest.raises(PortInputError, match="torch_model: .*") as info:
+        _check(make(), _port())
+    assert message in str(info.value)
+
+
+def test_the_older_weight_norm_hook_is_refused_by_name() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch deprecates the hook form; users still have it
+        model = nn.utils.weight_norm(nn.Linear(3, 2))
+    with pytest.raises(PortInputError, match=r"Linear at \(model\) has WeightNorm .*remove_weight_norm"):
+        _check(model, _port())
+
+
+def test_a_complex_nnx_leaf_is_refused_by_name() -> None:
+    port = _port()
+    port.kernel.set_value(port.kernel.get_value().astype(jnp.complex64))
+    with pytest.raises(PortInputError, match="jax_model: kernel is complex64"):
+        _check(nn.Linear(3, 2), port)
+
+
+class _Counted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(3, 2)
+        self.register_buffer("count", torch.tensor([3, 4], dtype=torch.int64))
+
+    def forward(self, x):
+        return self.l(x) + self.count.to(x.dtype)
+
+
+class _CountedPort(nnx.Module):
+    def __init__(self, count) -> None:
+        self.l = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+        self.count = nnx.BatchStat(jnp.array(count, dtype=jnp.int32))  # JAX's default integer width
+
+    def __call__(self, x):
+        return self.l(x) + self.count[...].astype(x.dtype)
+
+
+def test_an_integer_buffer_in_another_width_with_equal_values_matches() -> None:
+    report = _check(_Counted(), _CountedPort([3, 4]))
+    assert report.ok, report.table()
+    rows = [r for r in report.rows if r.section == "weights" and r.key.endswith("count")]
+    assert len(rows) == 2 and all(r.ok for r in rows)  # compared in both passes, not skipped
+
+
+def test_an_integer_buffer_with_other_values_still_differs() -> None:
+    torch_model = _Counted()
+    port = _CountedPort([3, 5])
+    report = _check(torch_model, port, transfer=False)
+    assert not report.ok
+    assert any(r.key.endswith("count") and not r.ok for r in report.rows)
+
+
+def test_a_batch_tensor_that_requires_grad_is_read_for_its_values() -> None:
+    model = nn.Linear(3, 2)
+    batch = {"x": torch.tensor(BATCH["x"], requires_grad=True), "y": torch.tensor(BATCH["y"])}
+    report = _check(model, _port(), batch)
+    assert report.ok, report.table()
+    assert batch["x"].grad is None  # the user's tensor is read, not differentiated
+
+
+def test_the_users_own_optimizer_is_refused_and_their_grads_are_untouched() -> None:
+    model = nn.Linear(3, 2)
+    own = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch_loss(model, {k: torch.tensor(v, dtype=torch.float32) for k, v in BATCH.items()}).backward()
+    grad, weight = model.weight.grad.clone(), model.weight.detach().clone()
+    with pytest.raises(PortInputError, match=r"torch_optimizer: .*SGD holding 2 other tensor\(s\)"):
+        _check(model, _port(), torch_optimizer=lambda params: own, jax_optimizer=optax.sgd(0.1))
+    assert torch.equal(model.weight.grad, grad) and torch.equal(model.weight, weight)  # untouched, bit for bit
+
+
+def test_an_internal_error_exits_3_with_one_line_and_the_traceback_on_request(monkeypatch, capsys) -> None:
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom inside the checker")
+
+    monkeypatch.setattr(check_cli, "check_port", broken)
+    assert main(["check", "cnn", "--steps", "0"]) == 3
+    err = capsys.readouterr().err
+    assert "internal error: RuntimeError: boom inside the checker" in err and "Traceback" not in err
+    assert main(["--traceback", "check", "cnn", "--steps", "0"]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "in broken" in err
+
+
+def test_the_checker_runs_clean_with_warnings_as_errors() -> None:
+    """A user's `pytest -W error` runs check_port: no deprecation of the package's own (flax's State methods)."""
+    kwargs = check_cli.case("gru", "correct")
+    model_t, model_j, batch = kwargs.pop("torch_model"), kwargs.pop("jax_model"), kwargs.pop("batch")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        report = check_port(model_t, model_j, batch, steps=1, **kwargs)
+    assert report.ok, report.named()
