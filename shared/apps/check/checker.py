@@ -11,13 +11,14 @@ The float64 pass tells a bug from float32 noise; the diagnosis (diagnose.py) nam
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ..backends import backend
-from . import diagnose, flow
+from . import budget, diagnose, flow
 from .compare import Pass, rows_of
 from .match import Plan, PortInputError, check_mapping, plan
 from .report import PortReport
@@ -98,6 +99,7 @@ class _Checker:
         self.k = steps if (torch_optimizer or torch_step) else 0
         self.progress = progress or (lambda msg: None)
         self.wrt = jax_optimizer[1] if _pair(jax_optimizer) else None
+        self.dtypes: tuple[str, ...] = ("float64", "float32")  # check_port sets the passes it runs
         self.report = PortReport(settings={"steps": self.k, "transfer": self.transfer, "mapping": dict(mapping or {})})
         if steps and not self.k:
             self.report.notes.append("no optimizers or steps given: the K optimizer steps were skipped")
@@ -116,6 +118,9 @@ class _Checker:
         tm, jm = (self._impl(T.copy_model, self.models[0], dtype), self._impl(J.copy_model, self.models[1], dtype))
         p = Pass(dtype)
         tstruct, jstruct = self._impl(T.structure, tm), J.structure(jm)
+        if dtype == "float64":  # before the big allocations: refused up front, never killed mid-check
+            n = sum(math.prod(f["shape"]) for u in tstruct["units"] for f in u["leaves"].values() if "tied_to" not in f)
+            budget.require(n, self.k, self.dtypes)
         pl = plan(tstruct, jstruct, self.mapping)
         self.plan, self.structures = pl, (tstruct, jstruct)
         weights = T.read(tm)
@@ -236,7 +241,8 @@ def check_port(
       PortReport: .ok, .table(), .to_json(), .hints, .flow.
     Raises:
       PortInputError (a ValueError): bad input, named (unmatched parameters, a loss that is not a scalar,
-        NaN in the batch, a batch a model rejects, live dropout).
+        NaN in the batch, a batch a model rejects, live dropout, a check that would not fit in the memory
+        available: refused before it starts, with its estimate, shared/apps/check/budget.py).
     """
     start = time.perf_counter()
     c = _Checker(torch_model, jax_model, batch, torch_loss=torch_loss, jax_loss=jax_loss, torch_optimizer=torch_optimizer,
@@ -250,6 +256,7 @@ def check_port(
     ):
         raise PortInputError(f"dtypes: expected ('float64',) or ('float64', 'float32'), got {dtypes!r}")
     report, passes = c.report, {}
+    c.dtypes = tuple(dtypes)
     report.settings["dtypes"] = list(dtypes)
     for dtype in dtypes:
         c.progress(f"{dtype}: weights, outputs, loss, gradients{f', {c.k} steps' if c.k else ''} ...")
