@@ -139,7 +139,8 @@ class _Checker:
         if self.transfer:
             self._impl(J.load, jm, pl.to_jax(T.read(tm)), strict=False)
         p.actual = J.native(jm)
-        t0, j0 = T.copy_model(tm, dtype), J.copy_model(jm, dtype)  # the start: one forward, then the K steps
+        # the start: every run below works on a copy of it, so the pass's own models serve (two copies fewer)
+        t0, j0 = tm, jm
         batch = _cast(self.batch, dtype)
         p.torch, p.torch_steps = self._torch_side(t0, j0, pl, batch, dtype)
         loss = np.asarray(p.torch["loss"])
@@ -188,8 +189,9 @@ class _Checker:
         if run is None:
             run = self._impl(self.TR.run_loss, T.copy_model(t0, dtype), batch, self.losses[0], dtype, knob=knob)
         steps = []
-        for s in runs:
-            values, _, dropped = self._native(j0, pl, s["values"])
+        while runs:  # each step's torch layout freed as soon as it is mapped: one step's copy alive, not K
+            s = runs.pop(0)
+            values, _, dropped = self._native(j0, pl, s.pop("values"))
             steps.append({"loss": s["loss"], "values": values, "dropped": dropped})
         return run, steps
 
