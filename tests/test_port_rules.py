@@ -103,3 +103,63 @@ def test_conv1d_read_as_out_in_is_caught_at_its_output() -> None:
     assert not report.ok
     bad = [r for r in report.rows if not r.ok]
     assert bad[0].section == "outputs" and bad[0].key == "(model)", report.table()  # the weights themselves agree
+
+
+# --- activation modules read for their variant: GELU either way round -----------------------------------------
+
+activations = pytest.importorskip("transformers.activations")
+
+
+class GeluMLP(nn.Module):
+    def __init__(self, act: nn.Module) -> None:
+        super().__init__()
+        self.fc, self.act, self.out = nn.Linear(E, H), act, nn.Linear(H, E)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.act(self.fc(x)))
+
+
+class PortGelu(nnx.Module):
+    def __init__(self, approximate: bool) -> None:
+        rngs = nnx.Rngs(0)
+        self.fc, self.out, self.approximate = nnx.Linear(E, H, rngs=rngs), nnx.Linear(H, E, rngs=rngs), approximate
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.out(jax.nn.gelu(self.fc(x), approximate=self.approximate))
+
+
+@pytest.mark.parametrize(
+    ("act", "variant"),
+    [
+        (nn.GELU(), "gelu_exact"),
+        (nn.GELU(approximate="tanh"), "gelu_tanh"),
+        (nn.SiLU(), "silu"),
+        ("GELUActivation", "gelu_exact"),
+        ("NewGELUActivation", "gelu_tanh"),
+        ("GELUTanh", "gelu_tanh"),
+        ("SiLUActivation", "silu"),
+        (nn.ReLU(), None),
+    ],
+)
+def test_activation_modules_are_read_for_their_variant(act, variant) -> None:
+    act = getattr(activations, act)() if isinstance(act, str) else act
+    modules = {m["path"]: m for m in backend("torch").port.structure(GeluMLP(act))["modules"]}
+    assert modules["act"]["config"].get("kind") == variant
+
+
+def test_tanh_gelu_of_hf_ported_as_exact_is_named_the_other_way_round() -> None:
+    torch_model = GeluMLP(activations.NewGELUActivation())  # GPT-2's gelu_new: the tanh formula, in Python
+    assert _check(torch_model, PortGelu(approximate=True)).ok  # the correct port: jax.nn.gelu's default
+    report = _check(torch_model, PortGelu(approximate=False))
+    hint = [h for h in report.hints if h.pitfall == "P04"]
+    assert hint and hint[0].confirmed, report.table()
+    assert hint[0].title.startswith("GELU the other way round"), hint[0].title
+    assert report.hints[0].pitfall == "P04"
+
+
+def test_exact_gelu_bound_at_init_ported_as_tanh_is_confirmed() -> None:
+    # HF's GELUActivation keeps F.gelu as it was at init: the knob reaches it through the module, by its variant
+    torch_model = GeluMLP(activations.GELUActivation())
+    assert _check(torch_model, PortGelu(approximate=False)).ok
+    hint = [h for h in _check(torch_model, PortGelu(approximate=True)).hints if h.pitfall == "P04"]
+    assert hint and hint[0].confirmed and "tanh approximation" in hint[0].title, hint
