@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import torch
-from detach_parity import check_port
+from detach_parity import check_port, register_rule
 from detach_parity.shared.apps.backends import backend
 from flax import nnx
 from torch import nn
@@ -163,3 +163,136 @@ def test_exact_gelu_bound_at_init_ported_as_tanh_is_confirmed() -> None:
     assert _check(torch_model, PortGelu(approximate=False)).ok
     hint = [h for h in _check(torch_model, PortGelu(approximate=True)).hints if h.pitfall == "P04"]
     assert hint and hint[0].confirmed and "tanh approximation" in hint[0].title, hint
+
+
+# --- a rule the user registers for a module class of their own ------------------------------------------------
+
+
+class MyDense(nn.Module):
+    """A user's dense layer: weight [out, in] under names of its own (w, b), as nn.Linear's but no nn.Linear."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.randn(n_out, n_in) / n_in**0.5), nn.Parameter(torch.randn(n_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.w.T + self.b
+
+
+class MyMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c_fc, self.c_proj = MyDense(E, H), MyDense(H, E)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(torch.tanh(self.c_fc(x)))
+
+
+class JDense(nnx.Module):
+    """A user's NNX dense layer holding torch's layout: w [out, in], b."""
+
+    def __init__(self, n_in: int, n_out: int) -> None:
+        self.w, self.b = nnx.Param(jnp.zeros((n_out, n_in))), nnx.Param(jnp.zeros(n_out))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x @ self.w[...].T + self.b[...]
+
+
+class JMLP(nnx.Module):
+    def __init__(self) -> None:
+        self.c_fc, self.c_proj = JDense(E, H), JDense(H, E)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.c_proj(jnp.tanh(self.c_fc(x)))
+
+
+class TorchMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.c_fc, self.c_proj = nn.Linear(E, H), nn.Linear(H, E)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c_proj(torch.tanh(self.c_fc(x)))
+
+
+@pytest.fixture(autouse=True)
+def _tables_unchanged():
+    """Every test leaves the rule tables as it found them (a registered rule is removed)."""
+    tables = (backend("torch").port.register.__globals__["RULES"], backend("jax").port.register.__globals__["RULES"])
+    before = [dict(t) for t in tables]
+    yield
+    assert [dict(t) for t in tables] == before
+
+
+def test_without_a_rule_a_users_layer_is_refused_naming_its_weights() -> None:
+    with pytest.raises(ValueError, match=r"c_fc\.w"):
+        _check(MyMLP(), PortMLP())
+
+
+def test_a_registered_torch_rule_ports_a_users_layer_to_nnx_linear() -> None:
+    with register_rule(MyDense, {"w": ("kernel", (1, 0)), "b": "bias"}) as rule:
+        assert rule.framework == "torch"
+        report = _check(MyMLP(), PortMLP())
+        assert report.ok, report.table()
+        weights = {r.key: r.torch for r in report.rows if r.section == "weights"}
+        assert weights == {
+            "c_fc/kernel": "c_fc.w",
+            "c_fc/bias": "c_fc.b",
+            "c_proj/kernel": "c_proj.w",
+            "c_proj/bias": "c_proj.b",
+        }
+        assert {r.key for r in report.rows if r.section == "outputs"} >= {"c_fc", "c_proj"}
+        # the layout is the rule's: without the transpose the [out, in] weight has no place in a [in, out] kernel
+    with register_rule(MyDense, {"w": "kernel", "b": "bias"}), pytest.raises(ValueError, match="shape"):
+        _check(MyMLP(), PortMLP())
+
+
+def test_a_registered_nnx_rule_ports_nn_linear_to_a_users_nnx_layer() -> None:
+    rule = register_rule(JDense, {"kernel": ("w", (1, 0)), "bias": "b"})
+    try:
+        assert rule.framework == "jax"
+        report = _check(TorchMLP(), JMLP())
+        assert report.ok, report.table()
+        grads = {r.key: r.torch for r in report.rows if r.section == "grads"}
+        assert grads["c_fc/w"] == "c_fc.weight" and grads["c_proj/b"] == "c_proj.bias", grads
+    finally:
+        rule.remove()
+    rule.remove()  # a second remove does nothing
+
+
+def test_a_rule_registered_twice_is_refused_naming_the_class() -> None:
+    with register_rule(MyDense, {"w": ("kernel", (1, 0)), "b": "bias"}):
+        with pytest.raises(ValueError, match="MyDense already has a rule"):
+            register_rule(MyDense, {"w": "kernel", "b": "bias"})
+    with pytest.raises(ValueError, match="Linear already has a rule"):
+        register_rule(nn.Linear, {"weight": "kernel"})
+    with register_rule(JDense, {"kernel": "w", "bias": "b"}), pytest.raises(ValueError, match="JDense already"):
+        register_rule(JDense, {"kernel": "w", "bias": "b"})
+
+
+@pytest.mark.parametrize(
+    ("module_type", "leaves", "message"),
+    [
+        (int, {"w": "kernel"}, "module_type expected a subclass of torch.nn.Module or flax.nnx.Module"),
+        (MyDense, {}, "leaves expected a non-empty dict"),
+        (MyDense, {"w": "kernel", "b": "kernel"}, "distinct target names"),
+        (MyDense, {"w": ("kernel", (0, 0)), "b": "bias"}, r"leaves\['w'\] permutation expected 0..n-1"),
+        (MyDense, {"w": 3}, r"leaves\['w'\] expected a leaf name or \(name, permutation\)"),
+    ],
+)
+def test_a_malformed_rule_is_refused_naming_the_field(module_type, leaves, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        register_rule(module_type, leaves)
+
+
+@pytest.mark.parametrize(
+    ("leaves", "message"),
+    [
+        ({"w": ("kernel", (1, 0))}, r"MyDense: parameters \['b'\] are in no leaf of its rule"),
+        ({"w": ("kernel", (1, 0)), "b": "bias", "wb": "x"}, "MyDense: its rule's leaf 'wb' is no attribute"),
+        ({"w": ("kernel", (1, 0, 2)), "b": "bias"}, r"MyDense.w: permutation \(1, 0, 2\) expected 2 axes"),
+    ],
+)
+def test_a_rule_that_does_not_fit_the_module_is_refused_naming_the_class(leaves, message) -> None:
+    with register_rule(MyDense, leaves), pytest.raises(ValueError, match=message):
+        _check(MyMLP(), PortMLP())

@@ -15,11 +15,64 @@ GELU); transformers.activations (ACT2CLS).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
+import numpy as np
 from torch import nn
 
-from .._layout import RULES, named_leaves, owned, rule_for
+from .._layout import RULES, Leaf, named_leaves, owned, rule_for
 
-__all__ = ["RULES", "rule_for", "named_leaves", "owned", "activation_of"]
+__all__ = ["RULES", "rule_for", "named_leaves", "owned", "register", "activation_of"]
+
+
+def register(module_type: type, leaves: Mapping[str, tuple[str, tuple[int, ...] | None]]) -> Callable[[], None]:
+    """Add a rule for a torch module class of the user's; returns the function that removes it again.
+
+    leaves: {torch attribute (dotted below the module): (canonical leaf name, the permutation of the torch
+    array's axes into the canonical layout, or None)}. The class's subclasses follow it too.
+    Raises ValueError naming the class when it already has a rule (registered twice, or a built-in one).
+    The rule, applied to a module, raises ValueError naming the class for an attribute the module lacks, a
+    permutation of another number of axes than the array's, or a parameter no leaf covers (a ruled module
+    owns its subtree: a parameter left out would never be compared).
+    """
+    if not isinstance(module_type, type) or not issubclass(module_type, nn.Module):
+        raise ValueError(f"module_type expected a torch.nn.Module subclass, got {module_type!r}")
+    if module_type in RULES or f"{module_type.__module__}.{module_type.__qualname__}" in RULES:
+        raise ValueError(f"{module_type.__qualname__} already has a rule (registered twice?): remove it first")
+
+    def rule(m: nn.Module) -> tuple[Leaf, ...]:
+        out, owner = [], type(m).__qualname__
+        params, buffers = dict(m.named_parameters()), dict(m.named_buffers())
+        for attr, (name, perm) in leaves.items():
+            tensor = params.get(attr, buffers.get(attr))
+            if tensor is None and not _has(m, attr):  # None: an optional weight left out (bias=False)
+                raise ValueError(f"{owner}: its rule's leaf {attr!r} is no attribute of the module")
+            if perm is not None and tensor is not None and len(perm) != tensor.dim():
+                raise ValueError(f"{owner}.{attr}: permutation {perm} expected {tensor.dim()} axes, got {len(perm)}")
+            to_canon = (lambda a, p=perm: np.transpose(a, p)) if perm else (lambda a: a)
+            to_torch = (lambda a, p=perm: np.transpose(a, np.argsort(p))) if perm else (lambda a: a)
+            out.append(Leaf(name, attr, to_canon, to_torch, buffer=attr in buffers))
+        left = sorted(n for n in params if n not in leaves)
+        if left:
+            raise ValueError(f"{owner}: parameters {left} are in no leaf of its rule (given {sorted(leaves)})")
+        return tuple(out)
+
+    RULES[module_type] = rule
+
+    def remove() -> None:
+        if RULES.get(module_type) is rule:
+            del RULES[module_type]
+
+    return remove
+
+
+def _has(module: nn.Module, dotted: str) -> bool:
+    owner, _, attr = dotted.rpartition(".")
+    try:
+        return hasattr(module.get_submodule(owner), attr)
+    except AttributeError:
+        return False
+
 
 # activation classes by qualified name -> what they compute (transformers stays optional: never imported)
 _ACTIVATIONS = {

@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from .._layout import EPS_NAMES, Leaf, load_params, norm_like, params_of
-from .layout import activation_of, named_leaves, owned, rule_for
+from .layout import activation_of, named_leaves, owned, register, rule_for
 
-__all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
+__all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load", "register"]
 
 
 def worked_port(name: str):
