@@ -296,3 +296,75 @@ def test_a_malformed_rule_is_refused_naming_the_field(module_type, leaves, messa
 def test_a_rule_that_does_not_fit_the_module_is_refused_naming_the_class(leaves, message) -> None:
     with register_rule(MyDense, leaves), pytest.raises(ValueError, match=message):
         _check(MyMLP(), PortMLP())
+
+
+# --- pattern mappings: one line for every layer ---------------------------------------------------------------
+
+LAYERS = 48
+
+
+class Deep(nn.Module):
+    """48 residual layers named as in HF: transformer.h.<i>.mlp.{c_fc, c_proj}."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transformer = nn.Module()
+        self.transformer.h = nn.ModuleList(nn.Module() for _ in range(LAYERS))
+        for layer in self.transformer.h:
+            layer.mlp = TorchMLP()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.transformer.h:
+            x = x + 0.1 * layer.mlp(x)
+        return x
+
+
+class JDeep(nnx.Module):
+    """Its port, named otherwise: blocks.<i>.ffn.{c_fc, c_proj}."""
+
+    def __init__(self) -> None:
+        self.blocks = nnx.List([nnx.Dict(ffn=PortMLP()) for _ in range(LAYERS)])
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        for block in self.blocks:
+            x = x + 0.1 * block["ffn"](x)
+        return x
+
+
+def test_a_48_layer_model_needs_one_mapping_line() -> None:
+    with pytest.raises(ValueError, match="parameter sets differ"):
+        _check(Deep(), JDeep())
+    report = _check(Deep(), JDeep(), mapping={"transformer.h.*.mlp": "blocks.*.ffn"})
+    assert report.ok, report.table()
+    weights = {r.key: r.torch for r in report.rows if r.section == "weights"}
+    assert len(weights) == 4 * LAYERS
+    assert weights["blocks/47/ffn/c_proj/kernel"] == "transformer.h.47.mlp.c_proj.weight"
+    assert weights["blocks/0/ffn/c_fc/bias"] == "transformer.h.0.mlp.c_fc.bias"
+
+
+def test_the_most_specific_key_applies() -> None:
+    from detach_parity.shared.apps.check.mapping import translate
+
+    mapping = {"h.*.mlp": "blocks.*.ffn", "h.3.mlp": "special", "h": "all"}
+    assert translate("h.7.mlp.c_fc", mapping) == "blocks/7/ffn/c_fc"
+    assert translate("h.3.mlp.c_fc", mapping) == "special/c_fc"
+    assert translate("h.3.attn", mapping) == "all/3/attn"
+    assert translate("h.*.x", {"*.*.x": "*.*.y"}) == "h/*/y"
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [
+        ({"transformer.h.*.attn": "blocks.*.attention"}, r"\['transformer.h.\*.attn'\] \(no torch name starts so\)"),
+        ({"transformer.h.*.mlp": "ffn"}, r"\['transformer.h.\*.mlp'\] send torch 'transformer.h.0.mlp.c_fc' and"),
+        (
+            {"transformer.h.*.mlp": "blocks.*.ffn", "transformer.*.0.mlp": "blocks.0.x"},
+            r"keys \['transformer.h.\*.mlp', 'transformer.\*.0.mlp'\] both match torch 'transformer.h.0.mlp",
+        ),
+        ({"transformer.h.1*": "blocks"}, r"'transformer.h.1\*': expected `\*` as a whole path component"),
+        ({"transformer.h.*": "blocks.*.*"}, "expected the target to use the key's 1 wildcard"),
+    ],
+)
+def test_a_pattern_that_matches_nothing_or_two_things_is_refused_naming_it(mapping, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        _check(Deep(), JDeep(), mapping=mapping)
