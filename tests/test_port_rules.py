@@ -7,6 +7,8 @@ with nnx.Linear, whose kernel is the same layout, untransposed.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -306,12 +308,12 @@ LAYERS = 48
 class Deep(nn.Module):
     """48 residual layers named as in HF: transformer.h.<i>.mlp.{c_fc, c_proj}."""
 
-    def __init__(self) -> None:
+    def __init__(self, mlp: type = TorchMLP, layers: int = LAYERS) -> None:
         super().__init__()
         self.transformer = nn.Module()
-        self.transformer.h = nn.ModuleList(nn.Module() for _ in range(LAYERS))
+        self.transformer.h = nn.ModuleList(nn.Module() for _ in range(layers))
         for layer in self.transformer.h:
-            layer.mlp = TorchMLP()
+            layer.mlp = mlp()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.transformer.h:
@@ -322,8 +324,8 @@ class Deep(nn.Module):
 class JDeep(nnx.Module):
     """Its port, named otherwise: blocks.<i>.ffn.{c_fc, c_proj}."""
 
-    def __init__(self) -> None:
-        self.blocks = nnx.List([nnx.Dict(ffn=PortMLP()) for _ in range(LAYERS)])
+    def __init__(self, layers: int = LAYERS) -> None:
+        self.blocks = nnx.List([nnx.Dict(ffn=PortMLP()) for _ in range(layers)])
 
     def __call__(self, x: jax.Array) -> jax.Array:
         for block in self.blocks:
@@ -368,3 +370,18 @@ def test_the_most_specific_key_applies() -> None:
 def test_a_pattern_that_matches_nothing_or_two_things_is_refused_naming_it(mapping, message) -> None:
     with pytest.raises(ValueError, match=message):
         _check(Deep(), JDeep(), mapping=mapping)
+
+
+def test_the_readme_example_runs_as_written() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    snippet = readme.split("**Which models.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    reports = []
+
+    def check(*args, **kwargs):  # the README's check_port, in float64 only, keeping the report
+        reports.append(_check(*args[:2], **{k: v for k, v in kwargs.items() if k == "mapping"}))
+        return reports[-1]
+
+    names = {"MyDense": MyDense, "check_port": check, "torch_model": Deep(MyMLP, 3), "jax_model": JDeep(3)}
+    exec(compile(snippet, "README.md", "exec"), {**names, "batch": BATCH, "losses": {}})
+    assert reports and reports[0].ok, reports and reports[0].table()
+    assert len([r for r in reports[0].rows if r.section == "weights"]) == 4 * 3
