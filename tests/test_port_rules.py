@@ -7,6 +7,8 @@ with nnx.Linear, whose kernel is the same layout, untransposed.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -53,6 +55,12 @@ class PortMLP(nnx.Module):
 def _check(torch_model, jax_model, **kwargs):
     kwargs = {"dtypes": ("float64",), "steps": 0, **kwargs}
     return check_port(torch_model, jax_model, BATCH, torch_loss=torch_loss, jax_loss=jax_loss, **kwargs)
+
+
+def test_the_torch_backend_never_imports_transformers() -> None:
+    # an optional dependency: its classes are known by qualified name (torch_impl/_layout.py RULES)
+    code = "import sys, detach_parity.torch_impl.backend.port; sys.exit('transformers' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
 def test_conv1d_weight_is_a_dense_kernel_untransposed() -> None:
@@ -220,7 +228,10 @@ class TorchMLP(nn.Module):
 @pytest.fixture(autouse=True)
 def _tables_unchanged():
     """Every test leaves the rule tables as it found them (a registered rule is removed)."""
-    tables = (backend("torch").port.register.__globals__["RULES"], backend("jax").port.register.__globals__["RULES"])
+    from detach_parity.jax_impl.backend.layout import RULES as JAX_RULES
+    from detach_parity.torch_impl._layout import RULES as TORCH_RULES
+
+    tables = (TORCH_RULES, JAX_RULES)
     before = [dict(t) for t in tables]
     yield
     assert [dict(t) for t in tables] == before
