@@ -380,7 +380,32 @@ def test_the_most_specific_key_applies() -> None:
 )
 def test_a_pattern_that_matches_nothing_or_two_things_is_refused_naming_it(mapping, message) -> None:
     with pytest.raises(ValueError, match=message):
-        _check(Deep(), JDeep(), mapping=mapping)
+        _check(Deep(layers=2), JDeep(2), mapping=mapping)
+
+
+class Scales(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.h = nn.ModuleList(nn.Module() for _ in range(2))
+        for layer in self.h:
+            layer.gain = nn.Parameter(torch.ones(E))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.h[0].gain * self.h[1].gain
+
+
+class JScales(nnx.Module):
+    def __init__(self) -> None:
+        self.gains = nnx.List([nnx.Param(jnp.ones(E)) for _ in range(2)])
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x * self.gains[0][...] * self.gains[1][...]
+
+
+def test_a_pattern_over_bare_parameters_maps_each_and_refuses_two_to_one() -> None:
+    assert _check(Scales(), JScales(), mapping={"h.*.gain": "gains.*"}).ok
+    with pytest.raises(ValueError, match=r"\['h.\*.gain'\] send torch 'h.0.gain' and 'h.1.gain' to one NNX place"):
+        _check(Scales(), JScales(), mapping={"h.*.gain": "gains.0"})
 
 
 def test_the_readme_example_runs_as_written() -> None:

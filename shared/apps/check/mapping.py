@@ -93,7 +93,7 @@ def translate(name: str, mapping: Mapping[str, str] | None) -> str:
 
 def check_patterns(names: Iterable[str], units: Iterable[str], mapping: Mapping[str, str] | None) -> None:
     """PortInputError naming the key: one that matches none of the torch `names` (module paths and weight
-    names), or one that sends two torch `units` (module paths) to one NNX place."""
+    names), or one that sends two torch `units` (ruled module paths, bare parameter names) to one NNX place."""
     names = [_parts(n) for n in names]
     unused = [k for k in mapping or {} if k and not any(_match(_parts(k), n) is not None for n in names)]
     if unused:  # a prefix that names nothing is a typo, not a mapping

@@ -160,8 +160,16 @@ def plan(torch_structure: Mapping, jax_structure: Mapping, mapping: Mapping[str,
     names = [u["name"] for u in torch_structure["units"]] + [
         f["source"] for u in torch_structure["units"] for f in u["leaves"].values()
     ]
-    untied = [u for u in torch_structure["units"] if not all(f.get("tied_to") for f in u["leaves"].values())]
-    check_patterns(names, [u["name"] for u in untied if not u["bare"]], mapping)
+    # what needs a place of its own: a ruled module, a bare parameter (not a second name of a tied one)
+    own = [
+        u["name"]
+        for u in torch_structure["units"]
+        if not u["bare"] and not all(f.get("tied_to") for f in u["leaves"].values())
+    ]
+    own += [
+        f["source"] for u in torch_structure["units"] if u["bare"] for f in u["leaves"].values() if not f.get("tied_to")
+    ]
+    check_patterns(names, own, mapping)
     if missing:
         near = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in sorted(jax_structure["variables"].items()))
         raise PortInputError(
