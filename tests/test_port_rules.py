@@ -421,3 +421,26 @@ def test_the_readme_example_runs_as_written() -> None:
     exec(compile(snippet, "README.md", "exec"), {**names, "batch": BATCH, "losses": {}})
     assert reports and reports[0].ok, reports and reports[0].table()
     assert len([r for r in reports[0].rows if r.section == "weights"]) == 4 * 3
+
+
+class PortHFMLP(nnx.Module):
+    """An NNX port of transformers' GPT2MLP: c_fc, gelu, c_proj (its Conv1D weights are nnx.Linear kernels)."""
+
+    def __init__(self, approximate: bool) -> None:
+        rngs = nnx.Rngs(0)
+        self.c_fc, self.c_proj, self.approximate = nnx.Linear(E, H, rngs=rngs), nnx.Linear(H, E, rngs=rngs), approximate
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.c_proj(jax.nn.gelu(self.c_fc(x), approximate=self.approximate))
+
+
+def test_hf_gpt2_mlp_its_conv1d_and_gelu_new() -> None:
+    gpt2 = pytest.importorskip("transformers.models.gpt2.modeling_gpt2")
+    config = pytest.importorskip("transformers").GPT2Config(n_embd=E, n_head=2, n_layer=1, vocab_size=11)
+    torch_model = gpt2.GPT2MLP(H, config).eval()  # Conv1D, NewGELUActivation (gelu_new), dropout off
+    with torch.no_grad():
+        torch_model.c_fc.bias.normal_()
+    assert _check(torch_model, PortHFMLP(approximate=True)).ok
+    report = _check(torch_model, PortHFMLP(approximate=False))
+    assert not report.ok and report.hints[0].pitfall == "P04" and report.hints[0].confirmed, report.table()
+    assert "other way round" in report.hints[0].title
