@@ -234,7 +234,8 @@ def check_port(
       torch_optimizer: params -> torch.optim.Optimizer; jax_optimizer: an optax transformation, or
         (transformation, NNX filter of the trainable leaves) for frozen parameters.
       torch_step, jax_step: instead of the optimizers, (model, batch) -> loss, one training step each.
-      mapping: torch path prefix -> NNX path prefix, where the names differ.
+      mapping: torch path prefix -> NNX path prefix, where the names differ; `*` matches one whole
+        component, the target's `*`s take its values ({"h.*.attn": "blocks.*.attention"}).
       transfer: copy the torch weights into (a copy of) the NNX model; False checks the weights it has.
       steps: K optimizer steps compared (0: none).
       progress: called with a line per stage.
