@@ -26,7 +26,7 @@ __all__ = ["output_axes"]
 Spec = tuple[str, tuple[str, ...]] | None  # (name, axes) of one output array, or None: not known
 
 
-def _conv(m, args, kwargs, shapes):
+def _conv(m, args, kwargs, shapes, ins):
     # [B, *spatial, C]: as many spatial axes as the kernel
     k = len(m.kernel_size) if isinstance(m.kernel_size, tuple | list) else 1
     out = []
@@ -40,7 +40,7 @@ def _conv(m, args, kwargs, shapes):
 _CARRY = {nnx.LSTMCell: ("c", "h"), nnx.OptimizedLSTMCell: ("c", "h"), nnx.GRUCell: ("h",), nnx.SimpleCell: ("h",)}
 
 
-def _cell(m, args, kwargs, shapes):
+def _cell(m, args, kwargs, shapes, ins):
     # cell(carry, x) -> (carry, y): LSTM carry (c, h), GRU / simple carry h; y is h
     names = _CARRY.get(type(m))
     if names is None or len(shapes) != len(names) + 1:
@@ -48,7 +48,7 @@ def _cell(m, args, kwargs, shapes):
     return [(n, ("B", "H")[-len(s) :]) for n, s in zip((*names, "out"), shapes, strict=True)]
 
 
-def _rnn(m, args, kwargs, shapes):
+def _rnn(m, args, kwargs, shapes, ins):
     # outputs [B, T, H] ([T, B, H] time-major); with return_carry, the cell's carry [B, H] first
     time_major = kwargs.get("time_major") if kwargs.get("time_major") is not None else m.time_major
     carry = kwargs.get("return_carry") if kwargs.get("return_carry") is not None else m.return_carry
@@ -59,15 +59,20 @@ def _rnn(m, args, kwargs, shapes):
     return [(n, seq if n == "out" else ("B", "H")) for n in names]
 
 
-def _attention(m, args, kwargs, shapes):
+def _attention(m, args, kwargs, shapes, ins):
     return [("out", ("B", "T", "E")[-len(s) :]) if len(s) in (2, 3) else None for s in shapes]
 
 
-def _dense(m, args, kwargs, shapes):
-    return [("out", tuple(f"L{i}" for i in range(len(s) - 1)) + ("F",)) if s else None for s in shapes]
+def _lead(n: int, ins: tuple | None) -> tuple[str, ...]:
+    # a dense layer's leading axes are its input's ([B, T, H] -> [B, T, F]); unknown: L0, L1 ...
+    return tuple(ins[:-1]) if ins is not None and len(ins) == n + 1 else tuple(f"L{i}" for i in range(n))
 
 
-def _dense_general(m, args, kwargs, shapes):
+def _dense(m, args, kwargs, shapes, ins):
+    return [("out", _lead(len(s) - 1, ins) + ("F",)) if s else None for s in shapes]
+
+
+def _dense_general(m, args, kwargs, shapes, ins):
     # nnx.LinearGeneral(out_features=(H, D)) on the last axis: [..., H, D], torch's Linear [..., H·D] split
     n = len(m.out_features) if isinstance(m.out_features, tuple | list) else 1
     axis = tuple(m.axis) if isinstance(m.axis, tuple | list) else (m.axis,)
@@ -75,7 +80,7 @@ def _dense_general(m, args, kwargs, shapes):
         return [None] * len(shapes)
     out = []
     for s in shapes:
-        lead = tuple(f"L{i}" for i in range(len(s) - n))
+        lead = _lead(len(s) - n, ins)
         out.append(("out", lead + (("F",) if n == 1 else tuple(f"F.{i}" for i in range(n)))))
     return out
 
@@ -108,8 +113,9 @@ def output_axes(module, args: tuple, kwargs: dict, arrays: list, known: dict) ->
     """
     rule = next((OUTPUT_RULES[c] for c in type(module).__mro__ if c in OUTPUT_RULES), None)
     shapes = [tuple(a.shape) for a in arrays]
+    ins = known[id(args[0])][1][1] if args and id(args[0]) in known else None
     if rule is not None:
-        specs = list(rule(module, args, kwargs, shapes))
+        specs = list(rule(module, args, kwargs, shapes, ins))
     else:
         inputs = [known[id(a)] for a in jax.tree.leaves((args, kwargs)) if id(a) in known]
         specs = []

@@ -30,7 +30,7 @@ Spec = tuple[str, tuple[str, ...]] | None  # (name, axes) of one output array, o
 
 def _channels_first(k: int | None) -> Callable:
     # [B, C, *spatial] (k spatial axes; None: as many as the array has)
-    def axes(m, shapes):
+    def axes(m, shapes, ins):
         out = []
         for s in shapes:
             n = len(s)
@@ -45,7 +45,7 @@ def _channels_first(k: int | None) -> Callable:
     return axes
 
 
-def _recurrent(m: nn.RNNBase, shapes):
+def _recurrent(m: nn.RNNBase, shapes, ins):
     # output [T, B, H] ([B, T, H] batch_first), then h_n (and c_n) [L, B, H]; unbatched: no B
     if not shapes:
         return []
@@ -56,13 +56,13 @@ def _recurrent(m: nn.RNNBase, shapes):
     return [(names[i], seq + ("H",) if i == 0 else state) if i < 3 else None for i in range(len(shapes))]
 
 
-def _cell(m: nn.RNNCellBase, shapes):
+def _cell(m: nn.RNNCellBase, shapes, ins):
     # nn.RNNCell / nn.GRUCell: h; nn.LSTMCell: (h, c), each [B, H]
     names = ("h", "c")
     return [(names[i], ("B", "H")[-len(s) :]) if i < 2 and len(s) in (1, 2) else None for i, s in enumerate(shapes)]
 
 
-def _attention(m: nn.MultiheadAttention, shapes):
+def _attention(m: nn.MultiheadAttention, shapes, ins):
     # attn_output [T, B, E] ([B, T, E] batch_first), then the averaged weights [B, T, S]
     out = []
     for i, s in enumerate(shapes):
@@ -74,8 +74,13 @@ def _attention(m: nn.MultiheadAttention, shapes):
     return out
 
 
-def _dense(m, shapes):
-    return [("out", tuple(f"L{i}" for i in range(len(s) - 1)) + ("F",)) if s else None for s in shapes]
+def _lead(n: int, ins: tuple | None) -> tuple[str, ...]:
+    # a dense layer's leading axes are its input's ([T, B, H] -> [T, B, F]); unknown: L0, L1 ...
+    return tuple(ins[:-1]) if ins is not None and len(ins) == n + 1 else tuple(f"L{i}" for i in range(n))
+
+
+def _dense(m, shapes, ins):
+    return [("out", _lead(len(s) - 1, ins) + ("F",)) if s else None for s in shapes]
 
 
 _POOLS = {
@@ -120,8 +125,10 @@ def output_axes(module: nn.Module, args: tuple, tensors: list, known: dict) -> l
     """
     rule = _rule(module)
     shapes = [tuple(t.shape) for t in tensors]
+    first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    ins = known[id(first)][1][1] if first is not None and id(first) in known else None
     if rule is not None:
-        specs = list(rule(module, shapes))
+        specs = list(rule(module, shapes, ins))
     else:
         inputs = [known[id(a)] for a in args if isinstance(a, torch.Tensor) and id(a) in known]
         specs = []

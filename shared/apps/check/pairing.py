@@ -54,6 +54,17 @@ def to_nnx(t: np.ndarray, taxes: tuple, jaxes: tuple, shape: tuple) -> np.ndarra
     return t if t.shape == tuple(shape) else None
 
 
+def _placeholders(taxes: tuple, jaxes: tuple) -> tuple[tuple, tuple]:
+    """A dense layer's leading axes of unknown meaning ("L0", "L1" ...) stand for the other side's axes
+    at the same place: a torch Linear on [T, B, H] and an NNX Linear on an array it cannot name."""
+    if len(taxes) != len(jaxes):
+        return taxes, jaxes
+    placeholder = lambda a: a[:1] == "L" and a[1:].isdigit()  # noqa: E731
+    t = tuple(j if placeholder(a) and not placeholder(j) else a for a, j in zip(taxes, jaxes, strict=True))
+    j = tuple(a if placeholder(j) else j for a, j in zip(t, jaxes, strict=True))
+    return t, j
+
+
 def _nnx_default(taxes: tuple) -> tuple:
     # the NNX layout a torch rule implies where the NNX module declares none: channels last
     return tuple(a for a in taxes if a != "C") + (("C",) if "C" in taxes else ())
@@ -86,7 +97,7 @@ def pair(ta: list, tspecs: list | None, ja: list, jspecs: list | None) -> list[t
             shape = tuple(np.shape(j))
             if ts is not None and declared:
                 js = jspecs[m]
-                moved = to_nnx(t, ts[1], js[1], shape) if js is not None and js[0] == ts[0] else None
+                moved = to_nnx(t, *_placeholders(ts[1], js[1]), shape) if js is not None and js[0] == ts[0] else None
             elif ts is not None:
                 moved = to_nnx(t, ts[1], _nnx_default(ts[1]), shape)
                 moved = t if moved is None and t.shape == shape else moved

@@ -1,4 +1,5 @@
-"""Layouts and parameter slots: P07 a Linear's layout, P08 GRU's b_hn, P09 LSTM / GRU layouts, P11 padding row."""
+"""Layouts and parameter slots: P07 a Linear's layout, P08 GRU's b_hn, P09 LSTM / GRU layouts, P11 padding row,
+the flatten order of a CNN's features before its dense head."""
 
 from __future__ import annotations
 
@@ -124,6 +125,19 @@ RECORDS = (
                 "steps",
                 _folded_biases,
                 title="LSTM / GRU biases: torch trains b_ih and b_hh, the NNX cell one folded bias",
+            ),
+        ),
+    ),
+    Diagnosis(
+        "flatten_order",
+        "flatten order: torch flattens [B, C, H, W] features channels first, the NHWC port channels last",
+        replays=(
+            Replay(
+                "torch",
+                "flatten_channels_last",
+                "[B, C, *spatial] features flattened channels last, the order of an NHWC port's reshape; "
+                "a correct port permutes the dense rows in its loader (transfer=False)",
+                modules=frozenset({"Conv1d", "Conv2d", "Conv3d"}),
             ),
         ),
     ),
