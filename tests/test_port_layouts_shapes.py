@@ -74,7 +74,7 @@ def _conv_case():
 
 def test_conv_with_as_many_channels_as_pixels_matches_through_its_norms() -> None:
     tm, batch = _conv_case()
-    report = _check(tm, JaxConv(), batch, lambda m, b: ((m(jnp.moveaxis(b["x"], 1, -1)) - b["y"]) ** 2).mean(), steps=2)
+    report = _check(tm, JaxConv(), batch, lambda m, b: ((m(jnp.moveaxis(b["x"], 1, -1)) - b["y"]) ** 2).mean())
     assert report.ok, report.table()
     assert _outputs(report) == {"conv": True, "bn": True, "gn": True, "head": True, "(model)": True}
 
@@ -279,8 +279,8 @@ def test_a_port_that_flattens_channels_last_with_torchs_rows_is_named(transfer: 
     assert _first(report) == "float64 outputs head"  # the conv matches: the flatten is where it parts
     assert _outputs(report)["conv"] is True
     hint = report.hints[0]
-    assert (hint.pitfall, hint.confirmed) == ("flatten_order", True), report.named()
-    assert "flattened channels last" in hint.evidence
+    assert (hint.pitfall, hint.confirmed) == ("P07", True), report.named()  # a layout bug of the head's rows
+    assert hint.title.startswith("flatten order") and "flattened channels last" in hint.evidence
 
 
 def test_a_port_that_flattens_as_torch_does_matches_with_the_weights_copied() -> None:

@@ -67,6 +67,9 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
             sub.momentum = 1 - sub.momentum
         if "bn_biased_var" in names and isinstance(sub, nn.modules.batchnorm._BatchNorm):
             undo += [sub.register_forward_pre_hook(_keep_var), sub.register_forward_hook(_biased_var)]
+        if "lstm_carry_swapped" in names and isinstance(sub, nn.LSTM):
+            sub._state_order = ("c", "h")  # what the swapped state holds, for the output layouts (outputs.py)
+            undo.append(_Forget(sub, "_state_order"))
     patched = {
         "gelu_tanh": (F, "gelu", lambda f: lambda x, approximate="none": f(x, approximate="tanh")),
         "mask_inverted": (nn.MultiheadAttention, "forward", _inverted_masks),
@@ -91,6 +94,16 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
             setattr(sub, attr, value)
         for handle in undo:
             handle.remove()
+
+
+class _Forget:
+    """A handle whose remove() deletes an attribute a knob gave a module."""
+
+    def __init__(self, owner, attr: str) -> None:
+        self.owner, self.attr = owner, attr
+
+    def remove(self) -> None:
+        delattr(self.owner, self.attr)
 
 
 def _keep_var(bn, args) -> None:

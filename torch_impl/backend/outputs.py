@@ -52,7 +52,7 @@ def _recurrent(m: nn.RNNBase, shapes, ins):
     batched = len(shapes[0]) == 3
     seq = (("B", "T") if m.batch_first else ("T", "B")) if batched else ("T",)
     state = ("L", "B", "H") if batched else ("L", "H")
-    names = ("out", "h", "c")
+    names = ("out", *getattr(m, "_state_order", ("h", "c")))  # an LSTM's knob may swap (h, c): knobs.py
     return [(names[i], seq + ("H",) if i == 0 else state) if i < 3 else None for i in range(len(shapes))]
 
 
