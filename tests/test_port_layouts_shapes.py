@@ -145,11 +145,15 @@ class JaxRNN(nnx.Module):
         return self.head(self.rnn(x))
 
 
-@pytest.mark.parametrize("cls, cell", [(nn.GRU, nnx.GRUCell), (nn.LSTM, nnx.LSTMCell)])
 @pytest.mark.parametrize(
-    "port, ok",
-    [((False, True), True), ((True, False), True), ((False, False), False)],
-    ids=["batch-major-port", "time-major-port", "time-major-read-as-batch-major"],
+    "cls, cell, port, ok",
+    [
+        (nn.GRU, nnx.GRUCell, (False, True), True),
+        (nn.LSTM, nnx.LSTMCell, (True, False), True),
+        (nn.GRU, nnx.GRUCell, (False, False), False),
+        (nn.LSTM, nnx.LSTMCell, (False, False), False),
+    ],
+    ids=["gru-batch-major-port", "lstm-time-major-port", "gru-time-major-read-as-batch-major", "lstm-ditto"],
 )
 def test_time_major_recurrent_layer_with_as_many_steps_as_rows(cls, cell, port, ok: bool) -> None:
     tm = TorchRNN(cls)
