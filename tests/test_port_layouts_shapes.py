@@ -306,3 +306,23 @@ def test_axes_names_permute_split_and_squeeze() -> None:
         to_nnx(x, ("B", "C", "S1", "S2"), ("B", "S1", "S2", "C"), (2, 4, 4, 4)), np.moveaxis(x, 1, -1)
     )
     assert to_nnx(RNG.normal(size=(2, 2, 5)), ("L", "B", "H"), ("B", "H"), (2, 5)) is None  # two layers: no pair
+
+
+def test_the_flatten_knob_reorders_every_way_of_flattening_and_restores_torch() -> None:
+    from detach_parity.torch_impl.backend.knobs import knob
+
+    x = torch.arange(24.0).reshape(2, 3, 4)  # [B, C, L]
+    nhwc = x.movedim(1, -1).reshape(2, -1)
+    with knob(nn.Linear(2, 2), "flatten_channels_last"):
+        flats = [
+            x.flatten(1),
+            torch.flatten(x, 1),
+            nn.Flatten()(x),
+            x.view(2, -1),
+            x.reshape(2, 12),
+            torch.reshape(x, (2, -1)),
+        ]
+        other = x.reshape(6, 4)  # not a flatten of the features: as torch does it
+    assert all(torch.equal(f, nhwc) for f in flats)
+    assert torch.equal(other, torch.arange(24.0).reshape(6, 4))
+    assert "view" not in vars(torch.Tensor) and torch.equal(x.flatten(1), torch.arange(24.0).reshape(2, 12))

@@ -169,7 +169,7 @@ def _channels_last(original: Callable) -> Callable:
             )
         if whole:
             return original(
-                x.movedim(1, -1).contiguous(), *((x.shape[0], -1) if original.__name__ != "flatten" else (1,))
+                x.movedim(1, -1).contiguous(), *(((x.shape[0], -1),) if original.__name__ != "flatten" else (1,))
             )
         return original(x, *args, **kwargs)
 
