@@ -30,6 +30,7 @@ from flax import nnx
 from .._common import numerics
 from .knobs import knob as apply_knob
 from .knobs import knobs
+from .outputs import output_axes
 from .port import _key, _sequential_alias, native
 
 __all__ = ["knobs", "run_loss", "train"]
@@ -47,7 +48,7 @@ def _leaves(tree, top) -> list[jax.Array]:
 
 
 @contextlib.contextmanager
-def _recording(model, outputs: dict[str, list], top=None) -> Iterator[None]:
+def _recording(model, outputs: dict[str, list], top=None, layouts=None) -> Iterator[None]:
     # NNX has no forward hooks and nnx.capture cannot record inside nnx.RNN's scan: wrap each module
     # class's __call__ for the duration of one forward, recording the instances of this model only
     modules = dict(nnx.iter_modules(model))
@@ -59,6 +60,7 @@ def _recording(model, outputs: dict[str, list], top=None) -> Iterator[None]:
     }
     originals = {cls: call for cls, call in found.items() if call is not None}  # containers (nnx.List) are not called
     own = {cls: "__call__" in cls.__dict__ for cls in classes}
+    known: dict = {}  # id(array) -> (array, its named axes): what a module without a rule passes on
 
     def wrap(call):
         def recorded(self, *args, **kwargs):
@@ -67,6 +69,10 @@ def _recording(model, outputs: dict[str, list], top=None) -> Iterator[None]:
                 arrays = _leaves(out, top)
                 if arrays:  # the steps of a scan inside are not recorded
                     outputs.setdefault(names[id(self)], []).append(arrays)
+                    whole = len(arrays) == sum(isinstance(x, jax.Array) for x in jax.tree.leaves(out))
+                    specs = output_axes(self, args, kwargs, arrays, known) if whole else [None] * len(arrays)
+                    if layouts is not None:
+                        layouts.setdefault(names[id(self)], []).append(specs)
             return out
 
         return recorded
@@ -121,21 +127,25 @@ def _copy(state):
     return jax.tree.map(lambda x: x, state)
 
 
-def _recorded(probe, loss_fn: Callable, b) -> tuple[jax.Array, dict]:
-    """The loss of one forward of `probe` (a copy), with every submodule's output recorded."""
+def _recorded(probe, loss_fn: Callable, b, layouts: dict) -> tuple[jax.Array, dict]:
+    """The loss of one forward of `probe` (a copy), with every submodule's output recorded (and in
+    `layouts`, a Python dict filled while tracing, their named axes: outputs.py)."""
     outputs, leaf = {}, jax.tree.leaves(b)[0]
-    with _recording(probe, outputs, getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None):
+    layouts.clear()  # a trace that fell back to an eager run records again
+    top = getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None
+    with _recording(probe, outputs, top, layouts):
         first = _scalar(loss_fn(probe, b), "jax_loss")
     return first, outputs
 
 
-def _run(first, outputs, loss, grads, trainable: set[str]) -> dict:
+def _run(first, outputs, loss, grads, trainable: set[str], layouts: dict) -> dict:
     if not np.allclose(np.asarray(first), np.asarray(loss), rtol=1e-6, atol=0, equal_nan=True):
         raise ValueError(f"jax_loss: two calls gave {float(first)!r} and {float(loss)!r}: random in the forward?")
     grads = {_key(p): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(grads)}
     return {
         "loss": np.asarray(loss),
         "outputs": {k: [[np.asarray(a) for a in call] for call in v] for k, v in outputs.items()},
+        "layouts": {k: [list(call) for call in v] for k, v in layouts.items()},
         "grads": grads,
         "trainable": {k: k in trainable for k in grads},
     }
@@ -149,7 +159,8 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
       wrt: the NNX filter of the trainable leaves (the optimizer's); the gradient is taken w.r.t.
         every nnx.Param anyway, so that a stopped leaf shows exact zeros.
     Returns:
-      {"loss": 0-d array, "outputs": {alias path: [[arrays] per call]}, "grads": {NNX path: array},
+      {"loss": 0-d array, "outputs": {alias path: [[arrays] per call]}, "layouts": {alias path:
+       [[(name, axes) or None per array] per call]} (outputs.py), "grads": {NNX path: array},
        "trainable": {NNX path: bool}}. The model's BatchStats are updated once, as torch's buffers.
     Raises:
       ValueError: the loss raised, is not a scalar, or is not reproducible (random in the forward).
@@ -157,10 +168,11 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
     with numerics(dtype), apply_knob(knob):
         b = _batch(batch)
         graphdef, state = nnx.split(model)
+        layouts: dict = {}
 
         def forward_and_gradient(state, b):
             # one compile: the recorded forward runs on its own copy, the gradient's updates the BatchStats once
-            first, outputs = _recorded(nnx.merge(graphdef, _copy(state)), loss_fn, b)
+            first, outputs = _recorded(nnx.merge(graphdef, _copy(state)), loss_fn, b, layouts)
             m = nnx.merge(graphdef, state)
             loss, grads = nnx.value_and_grad(lambda m: _scalar(loss_fn(m, b), "jax_loss"))(m)
             return first, outputs, loss, grads, nnx.state(m)
@@ -169,7 +181,9 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
             lambda m, b: _jit_or_eager(forward_and_gradient, state, b), model, b, "jax_loss"
         )
         nnx.update(model, after)  # the BatchStats the forward updated, as torch's buffers
-        return _run(first, outputs, loss, grads, {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))})
+        return _run(
+            first, outputs, loss, grads, {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}, layouts
+        )
 
 
 def train(
@@ -189,7 +203,7 @@ def train(
     with numerics(dtype), apply_knob(knob):
         b = _batch(batch)
         name = "jax_step" if step is not None else "jax_loss"
-        runs = []
+        runs, layouts = [], {}
         if step is None:
             pair = isinstance(optimizer, tuple) and not isinstance(optimizer, optax.GradientTransformation)
             tx, wrt = optimizer if pair else (optimizer, nnx.Param)
@@ -203,7 +217,7 @@ def train(
             @functools.partial(jax.jit, compiler_options=_FAST)
             def update(state, batch):
                 m, o = nnx.merge(graphdef, state)
-                first, outputs = _recorded(nnx.merge(graphdef, _copy(state))[0], loss_fn, batch)
+                first, outputs = _recorded(nnx.merge(graphdef, _copy(state))[0], loss_fn, batch, layouts)
                 loss, grads = nnx.value_and_grad(loss_fn)(m, batch)  # every nnx.Param: a stop shows as exact zeros
                 # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
                 o.update(m, nnx.filter_state(grads, wrt))
@@ -212,7 +226,7 @@ def train(
             def step(m, batch):
                 loss, run, after = update(nnx.state((m, opt)), batch)
                 if not runs:
-                    runs.append(_run(*run, trainable))
+                    runs.append(_run(*run, trainable, layouts))
                 nnx.update((m, opt), after)
                 return loss
 

@@ -3,11 +3,12 @@ jax_impl/backend/knobs.py.
 
 What it does: each knob changes the checker's own copy of the torch model (or a torch function) for one
 run, so that if torch with the knob matches JAX, the knob names the bug (the GELU approximation either
-way: F.gelu and every GELU module by what it computes, HF's gelu_new included; norm
-epsilons, BatchNorm conventions, mask polarity, the LSTM carry order, Adam's decay, first order).
+way: F.gelu and every GELU module by what it computes, HF's gelu_new included; norm epsilons, BatchNorm
+conventions, mask polarity, the LSTM carry order, Adam's decay, first order, the flatten order of
+channels-first features).
 Gradient flow: the running statistics a knob recomputes are buffers, updated under no_grad.
 Port note: every attribute and function patched is restored when the run ends (F.gelu,
-nn.MultiheadAttention.forward, nn.LSTM.forward, torch.autograd.grad).
+nn.MultiheadAttention.forward, nn.LSTM.forward, torch.autograd.grad, Tensor.flatten / view / reshape).
 Shapes: as the user's model.
 Reference: the checker's catalogue (shared/apps/check/catalogue/), one record per knob.
 """
@@ -41,6 +42,7 @@ _KNOBS = (
     "lstm_carry_swapped",
     "adam_swapped",
     "first_order",
+    "flatten_channels_last",
 )
 
 
@@ -76,6 +78,9 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
             undo.append(
                 sub.register_forward_hook(lambda m, args, out, a=_GELU[gelu][1]: F.gelu(args[0], approximate=a))
             )
+        if "lstm_carry_swapped" in names and isinstance(sub, nn.LSTM):
+            sub._state_order = ("c", "h")  # what the swapped state holds, for the output layouts (outputs.py)
+            undo.append(_Forget(sub, "_state_order"))
     patched = {
         "gelu_tanh": (F, "gelu", lambda f: lambda x, approximate="none": f(x, approximate="tanh")),
         "gelu_exact": (F, "gelu", lambda f: lambda x, approximate="none": f(x, approximate="none")),
@@ -83,19 +88,34 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
         "lstm_carry_swapped": (nn.LSTM, "forward", _swapped_carry),
         "first_order": (torch.autograd, "grad", lambda f: lambda *a, **kw: f(*a, **{**kw, "create_graph": False})),
     }.get(names[0] if len(names) == 1 else None)
-    if patched:
-        owner, attr, make = patched
-        original = getattr(owner, attr)
+    patches = [patched] if patched else []
+    if names == ("flatten_channels_last",):
+        patches = [(owner, attr, _channels_last) for owner, attr in _FLATTENS]
+    originals = [(getattr(owner, attr), attr in vars(owner)) for owner, attr, _ in patches]
+    for (owner, attr, make), (original, _) in zip(patches, originals, strict=True):
         setattr(owner, attr, make(original))
     try:
         yield
     finally:
-        if patched:
-            setattr(owner, attr, original)
+        for (owner, attr, _), (original, own) in zip(patches, originals, strict=True):
+            if own:
+                setattr(owner, attr, original)
+            else:  # inherited (torch.Tensor.view is TensorBase's): the class gets back no attribute of its own
+                delattr(owner, attr)
         for sub, attr, value in saved:
             setattr(sub, attr, value)
         for handle in undo:
             handle.remove()
+
+
+class _Forget:
+    """A handle whose remove() deletes an attribute a knob gave a module."""
+
+    def __init__(self, owner, attr: str) -> None:
+        self.owner, self.attr = owner, attr
+
+    def remove(self) -> None:
+        delattr(self.owner, self.attr)
 
 
 def _keep_var(bn, args) -> None:
@@ -132,3 +152,37 @@ def _swapped_carry(forward: Callable) -> Callable:
         return out, (c, h)
 
     return swapped
+
+
+# how a forward flattens features: x.flatten(1), torch.flatten(x, 1), nn.Flatten, x.view(B, -1), x.reshape(B, -1)
+_FLATTENS = ((torch.Tensor, "flatten"), (torch, "flatten"), (torch.Tensor, "view"), (torch.Tensor, "reshape"),
+             (torch, "reshape"))  # fmt: skip
+
+
+def _channels_last(original: Callable) -> Callable:
+    """`original` (a flatten, view or reshape), except that [B, C, *spatial] -> [B, C·prod(spatial)] flattens
+    channels last: the order of an NHWC port's x.reshape(B, -1)."""
+
+    def flat(x, *args, **kwargs):
+        if not isinstance(x, torch.Tensor) or x.dim() < 3:
+            return original(x, *args, **kwargs)
+        if original.__name__ == "flatten":
+            start = args[0] if args else kwargs.get("start_dim", 0)
+            end = args[1] if len(args) > 1 else kwargs.get("end_dim", -1)
+            whole = start == 1 and end in (-1, x.dim() - 1)
+        else:
+            shape = args[0] if len(args) == 1 and isinstance(args[0], tuple | list | torch.Size) else args
+            shape = kwargs.get("shape", shape)
+            whole = (
+                len(shape) == 2
+                and all(isinstance(n, int) for n in shape)
+                and shape[0] == x.shape[0]
+                and shape[1] in (-1, x[0].numel())
+            )
+        if whole:
+            return original(
+                x.movedim(1, -1).contiguous(), *(((x.shape[0], -1),) if original.__name__ != "flatten" else (1,))
+            )
+        return original(x, *args, **kwargs)
+
+    return flat

@@ -30,18 +30,19 @@ from .._common import numerics
 from .knobs import knob as apply_knob
 from .knobs import knobs
 from .layout import named_leaves
+from .outputs import output_axes
 from .port import _bare, _key, _units, read
 
 __all__ = ["knobs", "run_loss", "train"]
 
 
-def _arrays(out) -> list[np.ndarray]:
+def _tensors(out) -> list[torch.Tensor]:
     if isinstance(out, torch.Tensor):
-        return [out.detach().cpu().numpy().copy()]
+        return [out]
     if isinstance(out, tuple | list):
-        return [a for o in out for a in _arrays(o)]
+        return [a for o in out for a in _tensors(o)]
     if isinstance(out, Mapping):
-        return [a for o in out.values() for a in _arrays(o)]
+        return [a for o in out.values() for a in _tensors(o)]
     return []
 
 
@@ -92,7 +93,8 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
       batch: numpy arrays, already in `dtype`; loss_fn(model, batch) -> scalar tensor.
       wrt: unused (requires_grad says what trains); the JAX twin takes the optimizer's filter.
     Returns:
-      {"loss": 0-d array, "outputs": {module path: [[arrays] per call]}, "grads": {unit: {leaf:
+      {"loss": 0-d array, "outputs": {module path: [[arrays] per call]}, "layouts": {module path:
+       [[(name, axes) or None per array] per call]} (outputs.py), "grads": {unit: {leaf:
        canonical array, or None where .grad is None}}, "trainable": {unit: {leaf: requires_grad}},
        "islands": {module path or "(loss)": (dtype, modules finished before it)} where a float64
        forward computed in float32 or narrower, "finished": module paths in the order their first
@@ -127,18 +129,24 @@ class _Islands(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def _hooks(model: nn.Module, outputs: dict[str, list], islands: dict | None = None) -> Iterator[list[str]]:
-    """Every submodule's outputs per call; with `islands` (a float64 run), where it computes narrower.
-    Yields the module paths in the order their calls finished."""
+def _hooks(
+    model: nn.Module, outputs: dict[str, list], islands: dict | None = None, layouts=None
+) -> Iterator[list[str]]:
+    """Every submodule's outputs per call (and in `layouts` their named axes, outputs.py); with `islands`
+    (a float64 run), where it computes narrower. Yields the module paths in the order their calls finished."""
     stack: list[str] = []
     finished: list[str] = []
+    known: dict = {}  # id(tensor) -> (tensor, its named axes): what a module without a rule passes on
 
     def pre(name: str):
         return lambda module, args: stack.append(name) and None
 
     def post(name: str):
         def hook(module, args, out) -> None:
-            outputs.setdefault(name, []).append(_arrays(out))
+            tensors = _tensors(out)
+            outputs.setdefault(name, []).append([t.detach().cpu().numpy().copy() for t in tensors])
+            if layouts is not None:
+                layouts.setdefault(name, []).append(output_axes(module, args, tensors, known))
             if stack and stack[-1] == name:
                 stack.pop()
             finished.append(name)
@@ -158,9 +166,10 @@ def _hooks(model: nn.Module, outputs: dict[str, list], islands: dict | None = No
 
 def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable | None = None) -> dict:
     outputs: dict[str, list] = {}
+    layouts: dict[str, list] = {}
     wide = any(p.dtype == torch.float64 for p in model.parameters())
     islands: dict | None = {} if wide else None  # only a float64 forward can hide a narrower island
-    with _hooks(model, outputs, islands) as finished:
+    with _hooks(model, outputs, islands, layouts) as finished:
         loss = _scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")
     if loss.requires_grad:  # a loss computed from stopped values only has no graph: every .grad stays None
         loss.backward()
@@ -170,6 +179,7 @@ def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable 
     return {
         "loss": loss.detach().numpy().copy(),
         "outputs": outputs,
+        "layouts": layouts,
         "grads": grads,
         "trainable": trainable,
         "islands": dict(islands or {}),

@@ -270,6 +270,13 @@ def check_port(
         passes[dtype] = p
     report.notes += c.plan.notes
     p64 = passes["float64"]
+    for key, (_, shape) in p64.orders.items():
+        flat = ", ".join(f"{n}" for n in shape)
+        report.notes.append(
+            f"{key}: its rows are torch's in channels-last flatten order ([{flat}] flattened as "
+            f"[{', '.join(str(n) for n in (*shape[1:], shape[0]))}], an NHWC port's loader): weights, gradients "
+            "and steps compared in that order"
+        )
     report.dropped = sorted({f"{c.plan.torch_name([k])}: {why}" for k, why in p64.dropped.items()})
     report.flow = flow.diff(p64, c.plan)
     c.progress("diagnosis ...")

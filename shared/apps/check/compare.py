@@ -2,8 +2,8 @@
 
 `Pass` holds what one dtype produced, already in the NNX layout (the port's canonical keys);
 `rows_of` turns it into Rows with shared/core/parity.py's comparator: weights, the output of every
-submodule in call order (torch's channels-first activations moved to NNX's channels-last where
-that is the only difference), the loss, every gradient, then each step's loss and leaves.
+submodule in call order (each torch array paired with its NNX twin and permuted by the axes their
+modules' rules name: pairing.py), the loss, every gradient, then each step's loss and leaves.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import numpy as np
 
 from ...core.parity import TOLERANCES, Tolerance, compare
 from .match import Plan, translate
+from .pairing import flatten_orders, pair
 from .report import Row
 
 __all__ = ["TOLERANCE", "STEP_TOLERANCE", "Pass", "rows_of"]
@@ -42,14 +43,6 @@ def _row(dtype, section, key, torch_name, jax_value, torch_value, tol, step=None
     return Row(dtype, section, key, torch_name, nan, nan, nan, False, step, "; ".join(comp.problems))
 
 
-def _moved(t: np.ndarray, shape: tuple) -> np.ndarray | None:
-    if t.shape == shape:
-        return t
-    if t.ndim >= 3 and np.moveaxis(t, 1, -1).shape == shape:  # torch channels first, NNX channels last
-        return np.moveaxis(t, 1, -1)
-    return None
-
-
 @dataclass
 class Pass:
     """Everything one dtype produced, for the rows and the diagnosis (arrays in NNX layout)."""
@@ -66,6 +59,7 @@ class Pass:
     dropped: dict = field(default_factory=dict)
     replay: Callable | None = None
     values: dict = field(default_factory=dict)  # (section, step, key) -> (jax array, torch array)
+    orders: dict = field(default_factory=dict)  # NNX kernel -> (row order, [C, *spatial]): pairing.flatten_orders
 
 
 def island(islands: dict) -> str:
@@ -119,35 +113,37 @@ def rows_of(p: Pass, pl: Plan, transfer: bool) -> list[Row]:
     def name(key: str) -> str:
         return pl.torch_name(p.sources.get(key, [key]))
 
+    # a dense kernel loaded in channels-last flatten order (an NHWC port's head): compared in that order
+    p.orders = flatten_orders(p.expected, p.actual, p.torch)
+
+    def ordered(key, t):
+        return np.asarray(t)[p.orders[key][0]] if key in p.orders else t
+
     for key in p.expected:
         if key in p.actual:
-            add("weights", key, name(key), p.actual[key], p.expected[key])
-    jout = p.jax["outputs"]
+            add("weights", key, name(key), p.actual[key], ordered(key, p.expected[key]))
+    jout, tlay, jlay = p.jax["outputs"], p.torch.get("layouts", {}), p.jax.get("layouts", {})
     for tpath, calls in p.torch["outputs"].items():
         alias = translate(tpath.replace("/", "."), pl.mapping)
         if alias not in jout:
             continue
+        tspecs, jspecs = tlay.get(tpath, []), jlay.get(alias, [])
         for i, (ta, ja) in enumerate(zip(calls, jout[alias], strict=False)):
-            used: set[int] = set()
-            for n, t in enumerate(ta):
-                for m, j in enumerate(ja):
-                    moved = None if m in used else _moved(t, j.shape)
-                    if moved is not None:
-                        used.add(m)
-                        suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
-                        add("outputs", f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", j, moved,
-                            path=tpath)  # fmt: skip
-                        break
+            ts, js = (tspecs[i] if i < len(tspecs) else None), (jspecs[i] if i < len(jspecs) else None)
+            for n, m, moved in pair(ta, ts, ja, js):
+                suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
+                add("outputs", f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", ja[m], moved,
+                    path=tpath)  # fmt: skip
     add("loss", "loss", "torch_loss", p.jax["loss"], p.torch["loss"])
     tg = p.torch["grads_native"]
     for key, g in p.jax["grads"].items():
         if key in p.torch_none and not p.jax["trainable"].get(key, True):
             continue  # frozen on both sides (torch None, outside JAX's wrt): the flow diff's business, no gradient to compare
         if key in tg:
-            add("grads", key, name(key), g, tg[key])
+            add("grads", key, name(key), g, ordered(key, tg[key]))
     for s, (ts, js) in enumerate(zip(p.torch_steps, p.jax_steps, strict=True), start=1):
         add("steps", "loss", "torch_loss", js["loss"], ts["loss"], s)
         for key, v in js["values"].items():
             if key in ts["values"]:
-                add("steps", key, name(key), v, ts["values"][key], s)
+                add("steps", key, name(key), v, ordered(key, ts["values"][key]), s)
     return rows

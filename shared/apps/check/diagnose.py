@@ -3,8 +3,8 @@
 Two kinds of evidence, both declared by the catalogue's records. A counterfactual replay: one side
 is run again with one convention changed (torch with the JAX default: the GELU approximation, norm
 epsilons, BatchNorm's momentum and running variance, mask polarity, LSTM carry order, Adam's
-decay, first order; JAX with another precision); if every difference then vanishes, the record's
-pitfall is confirmed. A signature on the recorded quantities: the records' functions, run on the
+decay, first order, the flatten order of CNN features; JAX with another precision); if every
+difference then vanishes, the record's pitfall is confirmed. A signature on the recorded quantities: the records' functions, run on the
 float64 differences (values), the first step's updates (steps), the paired modules' settings
 (config), the weights with no NNX place (dropped), a float32-only difference (float32), the
 gradient-flow diff (flow). A signature is a hypothesis with its evidence; where nothing fits:

@@ -1,4 +1,5 @@
-"""Layouts and parameter slots: P07 a Linear's layout, P08 GRU's b_hn, P09 LSTM / GRU layouts, P11 padding row."""
+"""Layouts and parameter slots: P07 a Linear's layout, P08 GRU's b_hn, P09 LSTM / GRU layouts, P11 padding row,
+and the flatten order of a CNN's features before its dense head (a P07 replay)."""
 
 from __future__ import annotations
 
@@ -97,6 +98,17 @@ RECORDS = (
     Diagnosis(
         "P07",
         "a layout bug in the weights loaded into the NNX model",
+        replays=(
+            Replay(
+                "torch",
+                "flatten_channels_last",
+                "[B, C, *spatial] features flattened channels last, the order of an NHWC port's reshape; "
+                "a correct port permutes the dense rows in its loader (transfer=False)",
+                title="flatten order: torch flattens [B, C, H, W] features channels first, the NHWC port "
+                "channels last, so the head's rows are read in another order",
+                modules=frozenset({"Conv1d", "Conv2d", "Conv3d"}),
+            ),
+        ),
         signatures=(Signature("values", _not_gates, section="weights"),),
     ),
     Diagnosis(
