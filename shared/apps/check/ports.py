@@ -21,7 +21,11 @@ from .report import PortReport
 __all__ = ["WORKED", "REAL", "variants", "steps_for", "case", "check_worked", "parse"]
 
 WORKED = ("cnn", "gru", "transformer")
-REAL = ("llama",)  # transformers' models: LlamaForCausalLM (grouped-query attention)
+REAL = (
+    "llama",
+    "bert",
+    "vit",
+)  # transformers' models: LlamaForCausalLM (grouped-query attention), BertForMaskedLM, ViTForImageClassification
 
 
 def _modules(name: str):
