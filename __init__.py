@@ -11,7 +11,7 @@ subpackages (setuptools' package-dir mapping, pyproject.toml):
 
 The port checker, for your own code and tests:
 
-    from detach_parity import check_port, assert_port_matches
+    from detach_parity import check_port, assert_port_matches, register_rule
 
 Importing this package imports no framework and changes no setting; the names below load
 their modules on first use.
@@ -22,7 +22,15 @@ from __future__ import annotations
 import importlib
 
 __version__ = "0.1.0"
-__all__ = ["check_port", "assert_port_matches", "transfer_weights", "transfer_back", "PortReport", "PortMismatch"]
+__all__ = [
+    "check_port",
+    "assert_port_matches",
+    "transfer_weights",
+    "transfer_back",
+    "register_rule",
+    "PortReport",
+    "PortMismatch",
+]
 
 
 def __getattr__(name: str):

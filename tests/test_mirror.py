@@ -39,6 +39,11 @@ ONE_SIDED_NAMES = {
     ): "a torch model is walked by the table; NNX modules by nnx.iter_modules",
     ("backend.layout", "torch", "owned"): "a torch module with a rule owns its subtree; NNX modules go by type",
     (
+        "backend.layout",
+        "torch",
+        "activation_of",
+    ): "torch activations are modules with a variant (nn.GELU(approximate=), HF's gelu_new); NNX ports call functions",
+    (
         "_common",
         "jax",
         "transformation",

@@ -133,8 +133,9 @@ def _recurrent(m: nn.RNNBase) -> tuple[Leaf, ...]:
     return tuple(Leaf(leaf.name, f"{leaf.attr}_l0", leaf.to_canon, leaf.to_torch) for leaf in _cell(m))
 
 
-# module type -> its canonical leaves (a function of the module: shapes and heads vary)
-RULES: dict[type, Callable[[nn.Module], tuple[Leaf, ...]]] = {
+# module type -> its canonical leaves (a function of the module: shapes and heads vary); another library's class
+# by qualified name: the library stays optional (transformers takes seconds to import; only a model built with it has one)
+RULES: dict[type | str, Callable[[nn.Module], tuple[Leaf, ...]]] = {
     nn.Linear: _linear,
     nn.Conv1d: _conv,
     nn.Conv2d: _conv,
@@ -152,6 +153,8 @@ RULES: dict[type, Callable[[nn.Module], tuple[Leaf, ...]]] = {
     nn.RNN: _recurrent,
     nn.GRU: _recurrent,
     nn.LSTM: _recurrent,
+    # HF GPT-2's Conv1D: y = x @ weight + bias, weight [in, out] already a dense kernel, untransposed
+    "transformers.pytorch_utils.Conv1D": lambda m: (Leaf("kernel", "weight", _ID, _ID), Leaf("bias", "bias", _ID, _ID)),
 }
 
 
@@ -172,15 +175,16 @@ def norm_like(module: nn.Module) -> bool:
 
 
 def rule_for(module: nn.Module) -> tuple[Leaf, ...] | None:
-    """The canonical leaves of a module by its type (a subclass inherits its base's rule), else None.
+    """The canonical leaves of a module by its type or class name (a subclass inherits its base's rule), else None.
 
     A module of another library whose class no rule names may still be recognised by what it is
     (`norm_like`: a norm's scale and bias). Raises ValueError for a configuration no rule explains
     (e.g. a bidirectional nn.LSTM).
     """
     for cls in type(module).__mro__:
-        if cls in RULES:
-            return RULES[cls](module)
+        rule = RULES.get(cls) or RULES.get(f"{cls.__module__}.{cls.__qualname__}")
+        if rule is not None:
+            return rule(module)
     if norm_like(module):
         return _norm(module)
     return None

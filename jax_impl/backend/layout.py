@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from flax import nnx
 
-__all__ = ["RULES", "rule_for"]
+__all__ = ["RULES", "rule_for", "register"]
 
 
 def _blocks(a: np.ndarray, n: int) -> list[np.ndarray]:
@@ -148,3 +148,40 @@ def rule_for(module) -> tuple[str, Callable, Callable, nnx.Module]:
         prefix, module = f"{prefix}cell/", module.cell
     to, back = RULES.get(type(module), (_identity, lambda m, n: dict(n)))
     return prefix, to, back, module
+
+
+def register(module_type: type, leaves: Mapping[str, tuple[str, tuple[int, ...] | None]]) -> Callable[[], None]:
+    """Add a rule for an NNX module class of the user's; returns the function that removes it again.
+
+    leaves: {canonical leaf (torch's rule: "kernel", "bias"): (the module's own leaf path, the permutation
+    of the canonical array's axes into its layout, or None)}. Only this class, not its subclasses (the
+    table goes by exact type). Raises ValueError naming the class when it already has a rule; the rule,
+    applied, raises ValueError for canonical leaves it does not name, or names that are missing.
+    """
+    if not isinstance(module_type, type) or not issubclass(module_type, nnx.Module):
+        raise ValueError(f"module_type expected a flax.nnx.Module subclass, got {module_type!r}")
+    if module_type in RULES:
+        raise ValueError(f"{module_type.__qualname__} already has a rule (registered twice?): remove it first")
+    kind = module_type.__qualname__
+
+    def to(m, c, grad):
+        _need(c, tuple(leaves), kind)
+        extra = sorted(set(c) - set(leaves))
+        if extra:
+            raise ValueError(f"{kind}: canonical leaves {extra} are in no leaf of its rule (given {sorted(leaves)})")
+        out = {name: np.transpose(np.asarray(c[k]), perm) if perm else c[k] for k, (name, perm) in leaves.items()}
+        return out, {name: [k] for k, (name, _) in leaves.items()}, {}
+
+    def back(m, n):
+        return {
+            k: np.transpose(np.asarray(n[name]), np.argsort(perm)) if perm else n[name]
+            for k, (name, perm) in leaves.items()
+        }
+
+    RULES[module_type] = (to, back)
+
+    def remove() -> None:
+        if RULES.get(module_type) == (to, back):
+            del RULES[module_type]
+
+    return remove

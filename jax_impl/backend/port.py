@@ -30,9 +30,9 @@ import numpy as np
 from flax import nnx
 
 from .._common import numerics
-from .layout import rule_for
+from .layout import register, rule_for
 
-__all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
+__all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load", "register"]
 
 _STATE = nnx.Any(nnx.Param, nnx.BatchStat)
 

@@ -2,7 +2,8 @@
 jax_impl/backend/knobs.py.
 
 What it does: each knob changes the checker's own copy of the torch model (or a torch function) for one
-run, so that if torch with the knob matches JAX, the knob names the bug (the GELU approximation, norm
+run, so that if torch with the knob matches JAX, the knob names the bug (the GELU approximation either
+way: F.gelu and every GELU module by what it computes, HF's gelu_new included; norm
 epsilons, BatchNorm conventions, mask polarity, the LSTM carry order, Adam's decay, first order).
 Gradient flow: the running statistics a knob recomputes are buffers, updated under no_grad.
 Port note: every attribute and function patched is restored when the run ends (F.gelu,
@@ -21,14 +22,18 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._layout import EPS_NAMES, norm_like
+from .layout import activation_of
 
 __all__ = ["knobs", "knob"]
 
+# a GELU knob -> (the variant of module it swaps, F.gelu's `approximate` it computes with instead)
+_GELU = {"gelu_tanh": ("gelu_exact", "tanh"), "gelu_exact": ("gelu_tanh", "none")}
 _NNX_EPS = 1e-6  # nnx.LayerNorm / nnx.GroupNorm / nnx.RMSNorm default epsilon
 # the counterfactuals of the torch reference, each named by one record of the checker's catalogue
 # (shared/apps/check/catalogue/), which says what it changes and which pitfall it confirms
 _KNOBS = (
     "gelu_tanh",
+    "gelu_exact",
     "norm_eps",
     "bn_momentum",
     "bn_biased_var",
@@ -65,8 +70,15 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
             sub.momentum = 1 - sub.momentum
         if "bn_biased_var" in names and isinstance(sub, nn.modules.batchnorm._BatchNorm):
             undo += [sub.register_forward_pre_hook(_keep_var), sub.register_forward_hook(_biased_var)]
+        for gelu in (n for n in names if n in _GELU and activation_of(sub) == _GELU[n][0]):
+            # a module's own formula (HF's NewGELUActivation) or an F.gelu bound at init (GELUActivation,
+            # GELUTanh) escapes the patch of F.gelu: its output is replaced by F.gelu's other variant
+            undo.append(
+                sub.register_forward_hook(lambda m, args, out, a=_GELU[gelu][1]: F.gelu(args[0], approximate=a))
+            )
     patched = {
         "gelu_tanh": (F, "gelu", lambda f: lambda x, approximate="none": f(x, approximate="tanh")),
+        "gelu_exact": (F, "gelu", lambda f: lambda x, approximate="none": f(x, approximate="none")),
         "mask_inverted": (nn.MultiheadAttention, "forward", _inverted_masks),
         "lstm_carry_swapped": (nn.LSTM, "forward", _swapped_carry),
         "first_order": (torch.autograd, "grad", lambda f: lambda *a, **kw: f(*a, **{**kw, "create_graph": False})),

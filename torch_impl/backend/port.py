@@ -23,9 +23,9 @@ import torch
 from torch import nn
 
 from .._layout import EPS_NAMES, Leaf, load_params, norm_like, params_of
-from .layout import named_leaves, owned, rule_for
+from .layout import activation_of, named_leaves, owned, register, rule_for
 
-__all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load"]
+__all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load", "register"]
 
 
 def worked_port(name: str):
@@ -84,6 +84,8 @@ def _config(m: nn.Module) -> dict:
         cfg["eps"] = eps
     if isinstance(m, _NORMS) or norm_like(m):
         cfg["kind"] = "norm"
+    if activation_of(m):  # what it computes: "gelu_tanh" for nn.GELU(approximate="tanh") and HF's gelu_new
+        cfg["kind"] = activation_of(m)
     if isinstance(m, nn.modules.conv._ConvNd):
         cfg.update(stride=m.stride, padding=m.padding, dilation=m.dilation, groups=m.groups)
     cfg["training"] = m.training

@@ -1,11 +1,12 @@
 """`detach-parity check`: check your own torch -> Flax NNX port (weights, outputs, gradients, steps, the bug named).
 
-    from . import check_port, assert_port_matches, transfer_weights
+    from . import check_port, assert_port_matches, transfer_weights, register_rule
 
 One implementation under three surfaces: `check_port(...) -> PortReport` (checker.py), the
 pytest helper `assert_port_matches(...)` (fails with the report as its message), and
 `detach-parity check FILE.py` (cli.py). `transfer_weights` / `transfer_back` copy weights
-across by the rule tables (torch_impl/_layout.py, jax_impl/backend/port.py), in place.
+across by the rule tables (torch_impl/_layout.py, jax_impl/backend/port.py), in place;
+`register_rule` adds a rule for a module class of the user's (rules.py).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from .checker import check_port
 from .compare import STEP_TOLERANCE, TOLERANCE
 from .match import PortInputError, plan
 from .report import Hint, PortMismatch, PortReport
+from .rules import Rule, register_rule
 
 __all__ = [
     "TOLERANCE",
@@ -29,6 +31,8 @@ __all__ = [
     "assert_port_matches",
     "transfer_weights",
     "transfer_back",
+    "register_rule",
+    "Rule",
     "bench_one_million",
 ]
 

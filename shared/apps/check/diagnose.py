@@ -44,7 +44,8 @@ def _failing(rows: list[Row]) -> set[tuple]:
 
 
 def _types(structures) -> dict[str, set[str]]:
-    """The module types of each side, and their kinds ("norm": a normalisation layer by what it is)."""
+    """The module types of each side, and their kinds by what they are ("norm": a normalisation layer;
+    "gelu_tanh", "gelu_exact", "silu": an activation's variant)."""
     return {
         side: {m["type"] for m in structures[i]["modules"]}
         | {m["config"].get("kind", "") for m in structures[i]["modules"]}

@@ -4,7 +4,8 @@ A torch unit (torch_impl/backend/port.py `structure`) is a ruled module (nn.Line
 bare parameters of a module. Its NNX twin sits at the same attribute path, `.` written `/`
 (`blocks.0.attn` <-> `blocks/0/attn`); nnx.Sequential's `layers/` is skipped, as torch's
 nn.Sequential has no such level. Where the two models name things differently, `mapping`
-rewrites torch path prefixes (`{"encoder.rnn": "enc/gru"}`), longest prefix first.
+rewrites torch path prefixes (`{"encoder.rnn": "enc/gru"}`, `{"h.*.attn": "blocks.*.attention"}`), the most
+specific first (mapping.py).
 Anything left unmatched on either side is an error listing the names and shapes.
 """
 
@@ -15,31 +16,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .mapping import PortInputError, check_mapping, check_patterns, translate
+
 __all__ = ["PortInputError", "Plan", "check_mapping", "translate", "plan"]
-
-
-class PortInputError(ValueError):
-    """Input the checker cannot compare (the message names the argument, parameter or field)."""
-
-
-def check_mapping(mapping) -> None:
-    """PortInputError unless `mapping` is None or a dict of torch path prefix -> NNX path prefix strings."""
-    if mapping is not None and (
-        not isinstance(mapping, Mapping)
-        or not all(isinstance(k, str) and isinstance(v, str) for k, v in mapping.items())
-    ):
-        raise PortInputError(f"mapping: expected a dict of torch path -> NNX path strings, got {mapping!r:.80}")
-
-
-def translate(name: str, mapping: Mapping[str, str] | None) -> str:
-    """A dotted torch path as the NNX path it should have ('/'-joined), after the mapping."""
-    for prefix in sorted(mapping or {}, key=len, reverse=True):
-        if name == prefix or name.startswith(f"{prefix}.") or not prefix:
-            target = str(mapping[prefix]).replace(".", "/").strip("/")
-            rest = name[len(prefix) :].lstrip(".")
-            name = f"{target}.{rest}" if target and rest else (target or rest)
-            break
-    return name.replace(".", "/")
 
 
 @dataclass
@@ -181,11 +160,8 @@ def plan(torch_structure: Mapping, jax_structure: Mapping, mapping: Mapping[str,
     names = [u["name"] for u in torch_structure["units"]] + [
         f["source"] for u in torch_structure["units"] for f in u["leaves"].values()
     ]
-    unused = [k for k in mapping or {} if k and not any(n == k or n.startswith(f"{k}.") for n in names)]
-    if unused:  # a prefix that names nothing is a typo, not a mapping
-        raise PortInputError(
-            f"mapping: expected torch path prefixes of the model, got {unused} (no torch name starts so)"
-        )
+    untied = [u for u in torch_structure["units"] if not all(f.get("tied_to") for f in u["leaves"].values())]
+    check_patterns(names, [u["name"] for u in untied if not u["bare"]], mapping)
     if missing:
         near = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in sorted(jax_structure["variables"].items()))
         raise PortInputError(

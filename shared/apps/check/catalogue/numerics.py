@@ -38,7 +38,17 @@ RECORDS = (
     Diagnosis(
         "P04",
         "GELU: jax.nn.gelu defaults to the tanh approximation, torch to erf",
-        replays=(Replay("torch", "gelu_tanh", "every GELU uses the tanh approximation, jax.nn.gelu's default"),),
+        replays=(
+            Replay("torch", "gelu_tanh", "every GELU uses the tanh approximation, jax.nn.gelu's default"),
+            Replay(
+                "torch",
+                "gelu_exact",
+                "every tanh GELU (nn.GELU(approximate='tanh'), HF's gelu_new / NewGELUActivation) computes exact erf",
+                title="GELU the other way round: torch's tanh approximation ported as exact erf "
+                "(jax.nn.gelu(approximate=False))",
+                modules=frozenset({"gelu_tanh"}),  # a torch module computing the tanh GELU, by what it computes
+            ),
+        ),
     ),
     Diagnosis(
         "P12",
