@@ -70,6 +70,9 @@ for _port, _own in (
             **{c: _HF for c in ("LlamaAttention", "LlamaMLP", "LlamaDecoderLayer", "LlamaModel")},
         },
     ),
+    ("bert", {c: _HF for c in ("BertEmbeddings", "BertSelfAttention", "BertLayer", "BertModel")}),
+    ("vit", {c: _HF for c in ("ViTEmbeddings", "ViTAttention", "ViTLayer", "ViTModel")}),
+    ("gpt2", {c: _HF for c in ("GPT2Attention", "GPT2MLP", "GPT2Block", "GPT2Model")}),
 ):
     ONE_SIDED_NAMES[(f"backend.ports.{_port}", "torch", "SIZES")] = "the reference's sizes: the port is built from them"
     ONE_SIDED_NAMES[(f"backend.ports.{_port}", "torch", "batch")] = (

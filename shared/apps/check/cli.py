@@ -10,8 +10,8 @@ and may define
     torch_step, jax_step             (model, batch) -> loss: the user's own training steps instead
     mapping                          {torch path prefix: NNX path prefix} where the names differ
     transfer                         False: compare the weights the NNX model already holds
-WORKED is a shipped worked port (cnn, gru, transformer; transformers' llama), optionally with a
-buggy variant (`cnn:bn_momentum`). Exit status: 0 the port matches, 1 it differs, 2 bad input.
+WORKED is a shipped worked port (cnn, gru, transformer; transformers' llama, bert, vit, gpt2),
+optionally with a buggy variant (`cnn:bn_momentum`). Exit status: 0 the port matches, 1 it differs, 2 bad input.
 """
 
 from __future__ import annotations

@@ -21,11 +21,9 @@ from .report import PortReport
 __all__ = ["WORKED", "REAL", "variants", "steps_for", "case", "check_worked", "parse"]
 
 WORKED = ("cnn", "gru", "transformer")
-REAL = (
-    "llama",
-    "bert",
-    "vit",
-)  # transformers' models: LlamaForCausalLM (grouped-query attention), BertForMaskedLM, ViTForImageClassification
+# transformers' models: LlamaForCausalLM (grouped-query attention), BertForMaskedLM, ViTForImageClassification,
+# GPT2LMHeadModel (HF's Conv1D)
+REAL = ("llama", "bert", "vit", "gpt2")
 
 
 def _modules(name: str):
