@@ -49,6 +49,8 @@ ONE_SIDED_NAMES = {
         "transformation",
     ): "nnx.jit keys its compile cache on an optax transformation; a torch optimizer is built from its parameters",
 }
+# the submodules of a transformers model: the torch side imports the model's class, not its parts
+_HF = "a submodule of the transformers model the torch side imports whole (its class is the library's)"
 # a worked port is two halves of one example, not twins: the torch reference (its sizes, its batch)
 # and its NNX port, whose porting bugs are variants of the port and need their own helpers
 for _port, _own in (
@@ -61,6 +63,16 @@ for _port, _own in (
     ),
     ("gru", {"TorchGRUCell": "torch's GRU cell (b_hn inside r ⊙ ·) in NNX: what a correct port needs"}),
     ("transformer", {"attention": "the port's attention core, shared by its variants"}),
+    (
+        "llama",
+        {
+            "rotary": "HF's rotary embedding is a module of the model; the port computes it where it is used",
+            **{c: _HF for c in ("LlamaAttention", "LlamaMLP", "LlamaDecoderLayer", "LlamaModel")},
+        },
+    ),
+    ("bert", {c: _HF for c in ("BertEmbeddings", "BertSelfAttention", "BertLayer", "BertModel")}),
+    ("vit", {c: _HF for c in ("ViTEmbeddings", "ViTAttention", "ViTLayer", "ViTModel")}),
+    ("gpt2", {c: _HF for c in ("GPT2Attention", "GPT2MLP", "GPT2Block", "GPT2Model")}),
 ):
     ONE_SIDED_NAMES[(f"backend.ports.{_port}", "torch", "SIZES")] = "the reference's sizes: the port is built from them"
     ONE_SIDED_NAMES[(f"backend.ports.{_port}", "torch", "batch")] = (

@@ -106,7 +106,11 @@ def test_a_worked_port_by_name(capsys) -> None:
             "defines 'jax_steps', which check does not read: did you mean 'jax_step'?",
         ),
         (None, ["check", "cnn:nope"], "worked port cnn: variant expected one of ['correct'"),
-        (None, ["check", "mlp"], "worked port: expected one of ['cnn', 'gru', 'transformer'], got 'mlp'"),
+        (
+            None,
+            ["check", "mlp"],
+            "worked port: expected one of ['cnn', 'gru', 'transformer', 'llama', 'bert', 'vit', 'gpt2'], got 'mlp'",
+        ),
         ("torch_model = 1\n", ["check", "{file}"], "expected the names ['torch_model', 'jax_model', 'batch'"),
         ("raise RuntimeError('boom')\n", ["check", "{file}"], "running it raised RuntimeError: boom"),
         (

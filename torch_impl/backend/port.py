@@ -31,13 +31,18 @@ __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native",
 def worked_port(name: str):
     """The worked port `torch_impl.ports.<name>` (the torch model, loss, batch and optimizer).
 
-    Raises ValueError for a name that is not a module of torch_impl/ports.
+    Raises ValueError for a name that is not a module of torch_impl/ports, or one whose library
+    (transformers, for the models of that library) is not installed.
     """
     if not isinstance(name, str) or not name.isidentifier():
         raise ValueError(f"worked_port: name expected a module name, got {name!r}")
     try:
         return importlib.import_module(f".ports.{name}", __package__)
-    except ModuleNotFoundError:
+    except ModuleNotFoundError as exc:
+        if exc.name and not exc.name.startswith(__package__.rpartition(".backend")[0]):  # a library it needs
+            raise ValueError(
+                f"worked_port {name}: needs {exc.name}, not installed (pip install 'detach-parity[test]')"
+            ) from None
         raise ValueError(f"worked_port: no module torch_impl.ports.{name}") from None
 
 

@@ -10,8 +10,8 @@ and may define
     torch_step, jax_step             (model, batch) -> loss: the user's own training steps instead
     mapping                          {torch path prefix: NNX path prefix} where the names differ
     transfer                         False: compare the weights the NNX model already holds
-WORKED is a shipped worked port (cnn, gru, transformer), optionally with a buggy variant
-(`cnn:bn_momentum`). Exit status: 0 the port matches, 1 it differs, 2 bad input.
+WORKED is a shipped worked port (cnn, gru, transformer; transformers' llama, bert, vit, gpt2),
+optionally with a buggy variant (`cnn:bn_momentum`). Exit status: 0 the port matches, 1 it differs, 2 bad input.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from ..common import UsageError, bounded_int, json_path, versions, write_json
 from .checker import MAX_STEPS, check_port
 from .match import PortInputError
-from .ports import WORKED, case, parse
+from .ports import REAL, WORKED, case, parse
 
 __all__ = ["REQUIRED", "OPTIONAL", "load_file", "cmd_check", "add_parser"]
 
@@ -55,9 +55,9 @@ def load_file(path: str) -> dict:
     """Run FILE.py and collect check_port's arguments from its names; UsageError naming what is missing."""
     file = Path(path)
     if not file.exists():
-        raise UsageError(f"FILE: no such file {path!r} (expected a Python file (.py) or one of {list(WORKED)})")
+        raise UsageError(f"FILE: no such file {path!r} (expected a Python file (.py) or one of {list(WORKED + REAL)})")
     if not file.is_file() or file.suffix != ".py":
-        raise UsageError(f"FILE expected a Python file (.py) or one of {list(WORKED)}, got {path!r}")
+        raise UsageError(f"FILE expected a Python file (.py) or one of {list(WORKED + REAL)}, got {path!r}")
     # as `python FILE.py` would: the file's folder first on sys.path, so that it imports the user's own
     # modules beside it (their model, their port); the caller's sys.path is back afterwards
     folder = str(file.resolve().parent)
@@ -117,7 +117,7 @@ def add_parser(sub) -> None:
         description=__doc__.split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", metavar="FILE.py|WORKED[:VARIANT]", help=f"your port file, or one of {list(WORKED)}")
+    p.add_argument("file", metavar="FILE.py|WORKED[:VARIANT]", help=f"your port file, or one of {list(WORKED + REAL)}")
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the report as JSON")
     p.add_argument(
         "--steps",

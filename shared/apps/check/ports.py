@@ -1,8 +1,13 @@
 """The worked ports: realistic torch models (torch_impl/backend/ports/) and their NNX ports (jax_impl/backend/ports/).
 
-Each has a correct port, which must match to 1e-10 relative in float64, and buggy ports with
-one catalogue bug each (the JAX module's VARIANTS: variant -> pitfall id), whose report must
-name that bug. `case` turns one into check_port's arguments; `check_worked` runs it.
+Each of WORKED has a correct port, which must match to 1e-10 relative in float64, and buggy ports
+with one catalogue bug each (the JAX module's VARIANTS: variant -> pitfall id), whose report must
+name that bug. Each of REAL is a model of the transformers library, unmodified, from a tiny config
+with random init (transformers is a test dependency, imported only when one of them is used): its
+correct port matches (Llama "match, explained": HF computes its RMSNorm and rotary table in
+float32); its buggy ports are bugs of real ports, "" in VARIANTS where no catalogue pitfall names
+them, and must be reported as differing. `case` turns one into check_port's arguments;
+`check_worked` runs it.
 """
 
 from __future__ import annotations
@@ -13,19 +18,23 @@ from .checker import check_port
 from .match import PortInputError
 from .report import PortReport
 
-__all__ = ["WORKED", "variants", "steps_for", "case", "check_worked", "parse"]
+__all__ = ["WORKED", "REAL", "variants", "steps_for", "case", "check_worked", "parse"]
 
 WORKED = ("cnn", "gru", "transformer")
+# transformers' models: LlamaForCausalLM (grouped-query attention), BertForMaskedLM, ViTForImageClassification,
+# GPT2LMHeadModel (HF's Conv1D)
+REAL = ("llama", "bert", "vit", "gpt2")
 
 
 def _modules(name: str):
-    if name not in WORKED:
-        raise PortInputError(f"worked port: expected one of {list(WORKED)}, got {name!r}")
+    if name not in WORKED + REAL:
+        raise PortInputError(f"worked port: expected one of {list(WORKED + REAL)}, got {name!r}")
     return backend("torch").port.worked_port(name), backend("jax").port.worked_port(name)
 
 
 def variants(name: str) -> dict[str, str | None]:
-    """The JAX ports of a worked model: variant -> the pitfall id its bug is (None: the correct port)."""
+    """The JAX ports of a worked model: variant -> the pitfall id its bug is (None: the correct port; "": a bug
+    no catalogue pitfall names)."""
     return dict(_modules(name)[1].VARIANTS)
 
 
@@ -33,7 +42,7 @@ def steps_for(name: str, variant: str) -> int:
     """Optimizer steps a worked port's check needs: 2 where its pitfall's bug shows only in the steps
     (the catalogue record's in_steps: running statistics, weight decay on a frozen leaf), else 0."""
     pitfall = variants(name)[variant]
-    return 2 if pitfall is not None and catalogue.get(pitfall).in_steps else 0
+    return 2 if pitfall and catalogue.get(pitfall).in_steps else 0
 
 
 def parse(text: str) -> tuple[str, str]:
