@@ -92,3 +92,17 @@ def test_without_transformers_the_real_models_say_what_they_need(monkeypatch) ->
     with pytest.raises(ValueError, match=r"worked_port llama: needs transformers, not installed \(pip install"):
         backend("torch").port.worked_port("llama")
     assert case("cnn")["torch_model"] is not None  # the other worked ports do not need it
+
+
+def test_llamas_own_labels_loss_in_float32_is_an_explained_match() -> None:
+    """HF's labels= loss casts the logits to float32: in the float64 pass torch's loss arrives in float32.
+    Within float32's bound it is the island's own result, explained (it was a dtype mismatch: DIFFERS)."""
+    kwargs = case("llama", "correct")
+    kwargs["torch_loss"] = lambda model, batch: model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+    from detach_parity import check_port
+
+    report = check_port(kwargs.pop("torch_model"), kwargs.pop("jax_model"), kwargs.pop("batch"), steps=0,
+                        dtypes=("float64",), torch_loss=kwargs["torch_loss"], jax_loss=kwargs["jax_loss"])  # fmt: skip
+    loss = [r for r in report.rows if r.section == "loss"]
+    assert report.ok and report.verdict() == "match, explained", report.table()
+    assert len(loss) == 1 and loss[0].explained and "float32" in loss[0].explained

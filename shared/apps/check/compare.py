@@ -97,7 +97,9 @@ def rows_of(p: Pass, pl: Plan, transfer: bool) -> list[Row]:
     scale = max((float(np.max(np.abs(v))) for v in p.expected.values() if np.size(v)), default=0.0)
 
     def add(section, key, torch_name, j, t, step=None, path=None) -> None:
-        j = _int_width(j, t)
+        j, t = _int_width(j, t), np.asarray(t)
+        if first is not None and t.dtype.kind == "f" and t.dtype.itemsize < np.asarray(j).dtype.itemsize:
+            t = t.astype(np.asarray(j).dtype)  # an island's own result (HF's labels= loss in float32): judged below
         p.values[(section, step, key)] = (np.asarray(j), np.asarray(t))
         steps = section == "steps" and key != "loss"
         row = _row(dt, section, key, torch_name, j, t, (STEP_TOLERANCE if steps else TOLERANCE)[dt], step,
