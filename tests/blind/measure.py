@@ -1,0 +1,103 @@
+"""Measure the port checker on the blind cases (../shared/BLIND-CASES.md): a dev tool, not part of `make test`.
+
+    python tests/blind/measure.py [ROUND_DIR] [--json OUT] [--only PREFIX ...]
+
+Each case file (NN_<arch>_<kind>.py, EXPECTED / WHERE in its docstring, proven in KEY.json by its writer)
+runs through `detach-parity check FILE --json` in a fresh process. A correct port must exit 0; a buggy
+one must exit 1 (detected), and is *named* when a hint names its kind's pitfall (KINDS below: the
+catalogue's name for each kind; a kind absent there has no name yet, and the right answer is an
+unexplained difference, so any named hint on it is *misleading*). Prints per-kind lines and the rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+# kind -> what a right hint names: a pitfall id, or "flow" (a missing / extra stop) or "ties"
+KINDS = {
+    "gelu_tanh": "P04", "gelu_exact": "P04", "std_correction": "P01", "adam_weight_decay": "P10",
+    "frozen_weight_decay": "P10", "td_loss_broadcast": "P14", "linear_layout": "P07", "flatten_order": "P07",
+    "batchnorm_momentum": "P06", "batchnorm_biased_var": "P06", "gru_bias": "P08", "lstm_layout": "P09",
+    "lstm_gate_order": "P09", "lstm_bias_folded": "P09", "layernorm_eps": "P05", "rmsnorm_eps": "P05",
+    "mask_polarity": "P12", "stop_gradient": "flow", "untied_lm_head": "ties",
+}  # fmt: skip
+
+
+def _named(hint: dict) -> str:
+    return hint.get("pitfall") or hint.get("kind") or ""
+
+
+def measure(folder: Path, only: list[str]) -> list[dict]:
+    key = json.loads((folder / "KEY.json").read_text())
+    out = []
+    for name in sorted(key):
+        if only and not any(name.startswith(p) for p in only):
+            continue
+        truth = key[name]
+        with tempfile.TemporaryDirectory() as tmp:
+            report = Path(tmp) / "r.json"
+            start = time.time()
+            proc = subprocess.run([sys.executable, "-m", "detach_parity.shared.apps.cli", "check", str(folder / name),
+                                   "--json", str(report)], capture_output=True, text=True, timeout=900)  # fmt: skip
+            payload = json.loads(report.read_text()) if report.exists() else {}
+        hints = [h for h in payload.get("hints", []) if _named(h) and _named(h) != "unexplained"]
+        want = KINDS.get(truth["expected"])
+        names = sorted({_named(h) for h in hints})
+        row = {"case": name, "kind": truth["expected"], "where": truth["where"], "exit": proc.returncode,
+               "named": names, "seconds": round(time.time() - start, 1),
+               "error": proc.stderr.strip().splitlines()[-1] if proc.returncode in (2, 3) and proc.stderr.strip() else ""}  # fmt: skip
+        if truth["expected"] == "correct":
+            row["outcome"] = {0: "match", 1: "false alarm"}.get(proc.returncode, "refused")
+        elif proc.returncode != 1:
+            row["outcome"] = "missed" if proc.returncode == 0 else "refused"
+        elif want and want in names:
+            row["outcome"] = "named"
+        elif names and (want is None or want not in names):
+            row["outcome"] = "misleading"
+        else:
+            row["outcome"] = "detected"
+        first = [line for line in proc.stdout.splitlines() if line.startswith("float64: first parting")]
+        row["first_parting"] = first[0][:200] if first else ""
+        print(f"{name:40} {row['kind']:22} exit {row['exit']} {row['outcome']:12} {','.join(names)} {row['error'][:120]}",
+              flush=True)  # fmt: skip
+        out.append(row)
+    return out
+
+
+def summary(rows: list[dict]) -> dict:
+    correct = [r for r in rows if r["kind"] == "correct"]
+    buggy = [r for r in rows if r["kind"] != "correct"]
+    known = [r for r in buggy if r["kind"] in KINDS]
+    count = lambda rs, o: sum(r["outcome"] == o for r in rs)  # noqa: E731
+    return {
+        "correct": len(correct), "matched": count(correct, "match"), "false_alarms": count(correct, "false alarm"),
+        "refused": count(rows, "refused"), "buggy": len(buggy),
+        "detected": sum(r["outcome"] in ("named", "detected", "misleading") for r in buggy),
+        "catalogue_kinds": len(known), "named": count(known, "named"),
+        "misleading": count(buggy, "misleading"), "missed": count(buggy, "missed"),
+    }  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder", nargs="?", default=str(HERE / "round1"))
+    parser.add_argument("--json")
+    parser.add_argument("--only", nargs="*", default=[])
+    args = parser.parse_args()
+    rows = measure(Path(args.folder), args.only)
+    result = {"summary": summary(rows), "cases": rows}
+    print(json.dumps(result["summary"], indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

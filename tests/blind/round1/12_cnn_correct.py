@@ -1,0 +1,97 @@
+"""EXPECTED: correct
+WHERE: module
+A conv-BatchNorm-ReLU CNN in train mode (NCHW torch, NHWC port) with a torch-convention BatchNorm (momentum, unbiased running var) and a C,H,W flatten before the head; SGD with momentum.
+"""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import torch
+from flax import nnx
+
+torch.manual_seed(0)
+rng = np.random.default_rng(0)
+C_IN, C, N_CLS, HW = 3, 8, 5, 8
+
+
+class TorchCNN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(C_IN, C, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(C, momentum=0.1)
+        self.conv2 = torch.nn.Conv2d(C, C, 3, stride=2, padding=1)
+        self.bn2 = torch.nn.BatchNorm2d(C, momentum=0.1)
+        self.head = torch.nn.Linear(C * (HW // 2) * (HW // 2), N_CLS)
+
+    def forward(self, x):  # x: NCHW
+        h = torch.relu(self.bn1(self.conv1(x)))
+        h = torch.relu(self.bn2(self.conv2(h)))
+        return self.head(h.flatten(1))  # flattens C, H, W
+
+
+torch_model = TorchCNN()  # train mode: batch statistics, running stats updated
+with torch.no_grad():
+    for bn in (torch_model.bn1, torch_model.bn2):
+        bn.weight.uniform_(0.5, 1.5)
+        bn.bias.uniform_(-0.5, 0.5)
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+
+
+class BatchNorm(nnx.Module):
+    """torch-convention BatchNorm over NHWC: new = (1 - m) * old + m * batch, unbiased running var."""
+
+    def __init__(self, num_features, momentum=0.1, epsilon=1e-5):
+        self.scale = nnx.Param(jnp.ones((num_features,)))
+        self.bias = nnx.Param(jnp.zeros((num_features,)))
+        self.mean = nnx.BatchStat(jnp.zeros((num_features,)))
+        self.var = nnx.BatchStat(jnp.ones((num_features,)))
+        self.momentum, self.epsilon = momentum, epsilon
+
+    def __call__(self, x):
+        n = x.size // x.shape[-1]
+        mu = x.mean(axis=(0, 1, 2))
+        var = x.var(axis=(0, 1, 2))
+        m = self.momentum
+        self.mean.value = (1 - m) * self.mean.value + m * jax.lax.stop_gradient(mu)
+        self.var.value = (1 - m) * self.var.value + m * jax.lax.stop_gradient(var) * n / (n - 1)
+        return (x - mu) / jnp.sqrt(var + self.epsilon) * self.scale.value + self.bias.value
+
+
+class JaxCNN(nnx.Module):
+    def __init__(self, rngs):
+        self.conv1 = nnx.Conv(C_IN, C, (3, 3), padding=((1, 1), (1, 1)), rngs=rngs)
+        self.bn1 = BatchNorm(C)
+        self.conv2 = nnx.Conv(C, C, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)), rngs=rngs)
+        self.bn2 = BatchNorm(C)
+        self.head = nnx.Linear(C * (HW // 2) * (HW // 2), N_CLS, rngs=rngs)
+
+    def __call__(self, x):  # x: NCHW, as torch gets it
+        h = jnp.transpose(x, (0, 2, 3, 1))  # NHWC
+        h = jax.nn.relu(self.bn1(self.conv1(h)))
+        h = jax.nn.relu(self.bn2(self.conv2(h)))
+        h = jnp.transpose(h, (0, 3, 1, 2)).reshape(h.shape[0], -1)  # torch's C, H, W order
+        return self.head(h)
+
+
+jax_model = JaxCNN(nnx.Rngs(0))
+
+batch = {
+    "x": rng.normal(size=(4, C_IN, HW, HW)).astype(np.float32),
+    "y": np.array([0, 4, 2, 1], dtype=np.int64),
+}
+
+
+def torch_loss(model, batch):
+    return torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
+
+
+def jax_loss(model, batch):
+    return optax.softmax_cross_entropy_with_integer_labels(model(batch["x"]), batch["y"]).mean()
+
+
+def torch_optimizer(params):
+    return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+
+
+jax_optimizer = optax.sgd(0.1, momentum=0.9)
