@@ -296,6 +296,7 @@ def test_a_port_that_flattens_as_torch_does_matches_with_the_weights_copied() ->
 
 
 def test_axes_names_permute_split_and_squeeze() -> None:
+    # exact on purpose: a permutation, split or squeeze moves the same values, it computes nothing
     t = RNG.normal(size=(2, 3, 12))  # [B, T, H·D], torch's q_proj output
     split = to_nnx(t, ("B", "T", "F"), ("B", "T", "F.0", "F.1"), (2, 3, 4, 3))
     np.testing.assert_array_equal(split, t.reshape(2, 3, 4, 3))
@@ -323,6 +324,7 @@ def test_the_flatten_knob_reorders_every_way_of_flattening_and_restores_torch() 
             torch.reshape(x, (2, -1)),
         ]
         other = x.reshape(6, 4)  # not a flatten of the features: as torch does it
+    # exact on purpose: every flatten only reorders the same values (no arithmetic to round)
     assert all(torch.equal(f, nhwc) for f in flats)
     assert torch.equal(other, torch.arange(24.0).reshape(6, 4))
     assert "view" not in vars(torch.Tensor) and torch.equal(x.flatten(1), torch.arange(24.0).reshape(2, 12))

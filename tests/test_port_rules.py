@@ -72,6 +72,7 @@ def test_conv1d_weight_is_a_dense_kernel_untransposed() -> None:
     assert units["c_fc"]["leaves"]["kernel"]["source"] == "c_fc.weight"
     assert not units["c_fc"]["bare"]
     read = backend("torch").port.read(model)
+    # exact on purpose: Conv1D's [in, out] weight is read untransposed, a copy of the same values
     np.testing.assert_array_equal(read["c_fc"]["kernel"], model.c_fc.weight.detach().numpy())
     np.testing.assert_array_equal(read["c_proj"]["bias"], model.c_proj.bias.detach().numpy())
 
