@@ -82,7 +82,7 @@ def check_model(model) -> None:
 
 
 def copy_model(model, dtype: str):
-    """An nnx.clone of `model` in `dtype` (the caller's untouched).
+    """An nnx.clone of `model` in `dtype`, every array its own (the caller's untouched, never donated).
 
     Every floating nnx.Param / nnx.BatchStat is cast, and so are the modules' `param_dtype` and a
     floating `dtype` (nnx.GRUCell makes its carry in param_dtype; a computation dtype of float32
@@ -100,6 +100,8 @@ def copy_model(model, dtype: str):
             value = var.get_value()
             if jnp.issubdtype(value.dtype, jnp.floating):
                 var.set_value(jnp.asarray(np.asarray(value, dtype=dtype)))  # cast in numpy: no XLA compile per shape
+            elif isinstance(value, jax.Array):  # its own buffer, not the caller's: a jitted step may donate it
+                var.set_value(jnp.array(value, copy=True))
         nnx.update(twin, state)
     return twin
 

@@ -33,7 +33,7 @@ from .knobs import knobs
 from .outputs import output_axes
 from .port import _key, _sequential_alias, native
 
-__all__ = ["knobs", "run_loss", "train"]
+__all__ = ["knobs", "run_loss", "steps", "train"]
 
 # the checker calls each compiled function a few times: compile time dominates, so XLA's cheapest level
 _FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
@@ -186,54 +186,78 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
         )
 
 
-def train(
+def steps(
     model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, optimizer=None, step=None, k=5, knob=None
-) -> list[dict]:
-    """K training steps on one batch; per step the loss (before the update) and every leaf after it.
+) -> Iterator[dict]:
+    """K training steps on one batch, yielded one at a time: the caller compares each step and lets it go,
+    so one step's snapshot is alive, not K (the checker's memory at GPT-2 scale).
 
     Args:
       optimizer: an optax.GradientTransformation, or (transformation, NNX filter of the trainable
         leaves): nnx.Optimizer(model, tx, wrt=filter); frozen leaves get no gradient and no update.
       step: instead, the user's step(model, batch) -> loss (several optimizers, a target update).
-    Returns:
-      [{"loss": 0-d array, "values": {NNX path: array}}] * k; with an optimizer, the first step also
-      holds "run": what run_loss returns for the starting model (the same compiled function: one
-      compile for the gradients, the outputs and the update).
+    Yields:
+      {"loss": 0-d array, "values": {NNX path: array}} per step, the loss before the update and every
+      leaf after it; with an optimizer, the first step also holds "run": what run_loss returns for the
+      starting model (the same compiled function: one compile for the gradients, the outputs and the update).
+    Raises:
+      ValueError: the optimizer is not an optax transformation, or the loss / step raised or is not a
+        scalar (at the first step).
     """
+    name = "jax_step" if step is not None else "jax_loss"
+    runs: list[dict] = []
     with numerics(dtype), apply_knob(knob):
-        b = _batch(batch)
-        name = "jax_step" if step is not None else "jax_loss"
-        runs, layouts = [], {}
+        b = _batch(batch)  # in x64 for float64: outside it jnp.asarray would round the batch to float32
         if step is None:
-            pair = isinstance(optimizer, tuple) and not isinstance(optimizer, optax.GradientTransformation)
-            tx, wrt = optimizer if pair else (optimizer, nnx.Param)
-            if not isinstance(tx, optax.GradientTransformation):
-                raise ValueError(f"jax_optimizer: expected an optax.GradientTransformation, got {type(tx).__name__}")
-            # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
-            opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
-            graphdef, state = nnx.split((model, opt))
-            trainable = {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}
-
-            @functools.partial(jax.jit, compiler_options=_FAST)
-            def update(state, batch):
-                m, o = nnx.merge(graphdef, state)
-                first, outputs = _recorded(nnx.merge(graphdef, _copy(state))[0], loss_fn, batch, layouts)
-                loss, grads = nnx.value_and_grad(loss_fn)(m, batch)  # every nnx.Param: a stop shows as exact zeros
-                # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
-                o.update(m, nnx.filter_state(grads, wrt))
-                return loss, (first, outputs, loss, grads), nnx.state((m, o))
-
-            def step(m, batch):
-                loss, run, after = update(nnx.state((m, opt)), batch)
-                if not runs:
-                    runs.append(_run(*run, trainable, layouts))
-                nnx.update((m, opt), after)
-                return loss
-
-        out = []
-        for _ in range(k):
+            step = _optimizer_step(model, loss_fn, optimizer, runs)
+    for _ in range(k):
+        # the settings and the knob hold for the step only: between steps the caller runs torch
+        with numerics(dtype), apply_knob(knob):
             loss = _scalar(_call(step, model, b, name), name)
-            out.append({"loss": np.asarray(loss), "values": native(model)})
-        if out and runs:
-            out[0]["run"] = runs[0]
-        return out
+            out = {"loss": np.asarray(loss), "values": native(model)}
+        if runs:
+            out["run"] = runs.pop()
+        yield out
+        del out  # not held while the next step runs: the caller's copy is all there is
+
+
+def _optimizer_step(model, loss_fn: Callable, optimizer, runs: list) -> Callable:
+    pair = isinstance(optimizer, tuple) and not isinstance(optimizer, optax.GradientTransformation)
+    tx, wrt = optimizer if pair else (optimizer, nnx.Param)
+    if not isinstance(tx, optax.GradientTransformation):
+        raise ValueError(f"jax_optimizer: expected an optax.GradientTransformation, got {type(tx).__name__}")
+    # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
+    opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
+    graphdef, _ = nnx.split((model, opt))
+    trainable = {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}
+    layouts: dict = {}
+    calls = []
+
+    # the state is donated: XLA writes the new leaves and moments over the old ones (copy_model made them
+    # the checker's own; one a caller still views as numpy is copied instead, its values untouched)
+    @functools.partial(jax.jit, compiler_options=_FAST, donate_argnums=0)
+    def update(state, batch):
+        m, o = nnx.merge(graphdef, state)
+        first, outputs = _recorded(nnx.merge(graphdef, _copy(state))[0], loss_fn, batch, layouts)
+        loss, grads = nnx.value_and_grad(loss_fn)(m, batch)  # every nnx.Param: a stop shows as exact zeros
+        # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
+        o.update(m, nnx.filter_state(grads, wrt))
+        return loss, (first, outputs, loss, grads), nnx.state((m, o))
+
+    def step(m, batch):
+        loss, run, after = update(nnx.state((m, opt)), batch)
+        calls.append(1)
+        if len(calls) == 1:
+            runs.append(_run(*run, trainable, layouts))
+        del run  # the gradients and outputs of a later step: not compared, freed now
+        nnx.update((m, opt), after)
+        return loss
+
+    return step
+
+
+def train(
+    model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, optimizer=None, step=None, k=5, knob=None
+) -> list[dict]:
+    """`steps` gathered in a list: [{"loss", "values"}] * k, the first with "run" (an optimizer given)."""
+    return list(steps(model, batch, loss_fn, dtype, optimizer, step, k, knob))

@@ -14,7 +14,7 @@ Nothing here imports a framework; models, tensors and arrays are typed `Any`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -62,6 +62,17 @@ class PortRun(Protocol):
     def run_loss(
         self, model: Any, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, wrt: Any = None, knob=None
     ) -> dict: ...
+    def steps(
+        self,
+        model: Any,
+        batch: Mapping[str, np.ndarray],
+        loss_fn: Callable,
+        dtype: str,
+        optimizer: Any = None,
+        step: Any = None,
+        k: int = 5,
+        knob: str | None = None,
+    ) -> Iterator[dict]: ...
     def train(
         self,
         model: Any,

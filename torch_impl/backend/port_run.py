@@ -33,7 +33,7 @@ from .layout import named_leaves
 from .outputs import output_axes
 from .port import _bare, _key, _units, read
 
-__all__ = ["knobs", "run_loss", "train"]
+__all__ = ["knobs", "run_loss", "steps", "train"]
 
 
 def _tensors(out) -> list[torch.Tensor]:
@@ -187,59 +187,77 @@ def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable 
     }
 
 
-def train(
+def steps(
     model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, optimizer=None, step=None, k=5, knob=None
-) -> list[dict]:
-    """K training steps on one batch; per step the loss (before the update) and every unit after it.
+) -> Iterator[dict]:
+    """K training steps on one batch, yielded one at a time: the caller compares each step and lets it go,
+    so one step's snapshot is alive, not K (the checker's memory at GPT-2 scale).
 
     Args:
       optimizer: a factory params -> torch.optim.Optimizer, called once with model.parameters().
       step: instead, the user's step(model, batch) -> loss (several optimizers, a target update).
-    Returns:
-      [{"loss": 0-d array, "values": {unit: {leaf: canonical array}}}] * k; with an optimizer, the
-      first step also holds "run": what run_loss returns for the starting model (the same forward
-      and backward the first update uses).
+    Yields:
+      {"loss": 0-d array, "values": {unit: {leaf: canonical array}}} per step, the loss before the
+      update and every unit after it; with an optimizer, the first step also holds "run": what
+      run_loss returns for the starting model (the same forward and backward the first update uses).
+    Raises:
+      ValueError: the factory's result is not a new torch.optim.Optimizer over the parameters it is
+        given, or the loss / step raised or is not a scalar (at the first step).
     """
+    name = "torch_step" if step is not None else "torch_loss"
+    runs: list[dict] = []
     with numerics(dtype), apply_knob(model, knob):
         b = _batch(batch)
-        name = "torch_step" if step is not None else "torch_loss"
         if step is None:
-            # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
-            opt = optimizer(model.parameters())  # torch.optim skips a parameter whose .grad is None
-            if not isinstance(opt, torch.optim.Optimizer):
-                raise ValueError(
-                    f"torch_optimizer: expected a factory of torch.optim.Optimizer, got {type(opt).__name__}"
-                )
-            given = {id(q) for q in model.parameters()}
-            if foreign := sum(id(q) not in given for g in opt.param_groups for q in g["params"]):
-                # the user's own optimizer: stepping (or zeroing) it would change their model, not this copy
-                raise ValueError(
-                    f"torch_optimizer: expected a new optimizer over the parameters it is given, got a "
-                    f"{type(opt).__name__} holding {foreign} other tensor(s) (your own optimizer?): build it from "
-                    "them, e.g. lambda params: torch.optim.Adam(params, lr=1e-3)"
-                )
-            if knob and "adam_swapped" in knob.split("+"):
-                if any("decoupled_weight_decay" not in g for g in opt.param_groups):
-                    raise ValueError(f"knob adam_swapped: expected torch.optim.Adam / AdamW, got {type(opt).__name__}")
-                for group in opt.param_groups:
-                    group["decoupled_weight_decay"] = not group["decoupled_weight_decay"]
-
-            def step(m, batch):
-                opt.zero_grad(set_to_none=True)
-                if not runs:  # the first step, recorded: outputs and .grad before the update
-                    runs.append(_run(m, batch, loss_fn, after_backward=opt.step))
-                    return torch.from_numpy(runs[0]["loss"])
-                loss = _scalar(loss_fn(m, batch), "torch_loss")
-                # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
-                loss.backward()
-                opt.step()
-                return loss
-
-        runs: list[dict] = []
-        out = []
-        for _ in range(k):
+            step = _optimizer_step(model, loss_fn, optimizer, knob, runs)
+    for _ in range(k):
+        # the settings and the knob hold for the step only: between steps the caller runs JAX
+        with numerics(dtype), apply_knob(model, knob):
             loss = _scalar(_call(step, model, b, name), name)
-            out.append({"loss": loss.detach().numpy().copy(), "values": read(model)})
-        if out and runs:
-            out[0]["run"] = runs[0]
-        return out
+            out = {"loss": loss.detach().numpy().copy(), "values": read(model)}
+        if runs:
+            out["run"] = runs.pop()
+        yield out
+        del out  # not held while the next step runs: the caller's copy is all there is
+
+
+def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, knob, runs: list) -> Callable:
+    # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
+    opt = optimizer(model.parameters())  # torch.optim skips a parameter whose .grad is None
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise ValueError(f"torch_optimizer: expected a factory of torch.optim.Optimizer, got {type(opt).__name__}")
+    given = {id(q) for q in model.parameters()}
+    if foreign := sum(id(q) not in given for g in opt.param_groups for q in g["params"]):
+        # the user's own optimizer: stepping (or zeroing) it would change their model, not this copy
+        raise ValueError(
+            f"torch_optimizer: expected a new optimizer over the parameters it is given, got a "
+            f"{type(opt).__name__} holding {foreign} other tensor(s) (your own optimizer?): build it from "
+            "them, e.g. lambda params: torch.optim.Adam(params, lr=1e-3)"
+        )
+    if knob and "adam_swapped" in knob.split("+"):
+        if any("decoupled_weight_decay" not in g for g in opt.param_groups):
+            raise ValueError(f"knob adam_swapped: expected torch.optim.Adam / AdamW, got {type(opt).__name__}")
+        for group in opt.param_groups:
+            group["decoupled_weight_decay"] = not group["decoupled_weight_decay"]
+    calls = []
+
+    def step(m, batch):
+        opt.zero_grad(set_to_none=True)
+        calls.append(1)
+        if len(calls) == 1:  # the first step, recorded: outputs and .grad before the update
+            runs.append(_run(m, batch, loss_fn, after_backward=opt.step))
+            return torch.from_numpy(runs[-1]["loss"])
+        loss = _scalar(loss_fn(m, batch), "torch_loss")
+        # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
+def train(
+    model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, optimizer=None, step=None, k=5, knob=None
+) -> list[dict]:
+    """`steps` gathered in a list: [{"loss", "values"}] * k, the first with "run" (an optimizer given)."""
+    return list(steps(model, batch, loss_fn, dtype, optimizer, step, k, knob))

@@ -23,7 +23,9 @@ from pathlib import Path
 from rich.console import Console
 
 from ...core import children, registry
+from ..check.match import PortInputError
 from ..common import UsageError, bounded_int, json_path, positive_int, print_error, versions, write_json
+from . import port_check
 from .payload import check_payload
 from .sizes import SIZES
 from .tables import print_tables
@@ -158,6 +160,8 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     """
     start = time.perf_counter()
     kept = f"; {args.json} was left as it was" if args.json and Path(args.json).exists() else ""
+    if args.port_check:
+        return _port_check(args, console, kept)
     try:
         payload = run(args.scenarios, args.repeats, args.threads, args.quick, args.quiet, args.budget)
     except ValueError as exc:
@@ -185,6 +189,32 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _port_check(args: argparse.Namespace, console: Console, kept: str) -> int:
+    name, size = port_check.parse(args.port_check)
+    progress = None if args.quiet else (lambda msg: console.print(f"  {msg}", markup=False, highlight=False))
+    try:
+        payload = {"versions": versions(), "port_check": port_check.measure(name, size, progress=progress)}
+    except PortInputError as exc:
+        raise UsageError(f"--port-check {args.port_check}: {exc}") from None
+    if args.json:
+        try:
+            write_json(Path(args.json), payload)
+        except OSError as exc:
+            print_error(f"detach-parity bench: error: could not write {args.json}: {exc}{kept}")
+            return 1
+    m = payload["port_check"]
+    peak = "n/a (no /proc)" if m["peak_gb"] is None else f"{m['peak_gb']} GB ({m['bytes_per_parameter']} B/parameter)"
+    console.print(
+        f"port check {name}:{size}: {m['parameters']:,} parameters, {m['steps']} steps, {' + '.join(m['dtypes'])}: "
+        f"{'match' if m['ok'] else 'DIFFERS'}; wall {m['wall_s']} s, CPU {m['cpu_s']} s, peak {peak} above the caller",
+        markup=False,
+        highlight=False,
+    )
+    if args.json:
+        console.print(f"wrote {args.json}", markup=False, highlight=False)
+    return 0 if m["ok"] else 1
+
+
 def add_parser(sub) -> None:
     """Register the `bench` subcommand on an argparse subparsers object."""
     p = sub.add_parser(
@@ -210,4 +240,9 @@ def add_parser(sub) -> None:
     p.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test of the bench itself)")
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the measurements as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--port-check",
+        metavar="NAME[:SIZE]",
+        help="instead: time and weigh one check_port of a worked port (gpt2:base is GPT-2 small, 124 M parameters)",
+    )
     p.set_defaults(func=cmd_bench)

@@ -1,29 +1,44 @@
 """Whether a check fits in this machine's memory, said before it starts (never the OOM killer mid-check).
 
-The estimate is measured, not derived: the worked transformer at 6.7 M parameters, float64 + float32
-and 5 optimizer steps, peaked 377 bytes per parameter above the process before the check (2026-12-02,
-2 cores). Per pass of itemsize s it holds both frameworks' working copies, start copies and the
-transferred weights (~10 s), gradients (~3 s), optimizer moments (~4 s) and per compared step both
-sides' snapshots and their canonical forms (~3 s); `estimate` is n · s · (17 + 3k) summed over the passes.
+The estimate is measured, not derived. A check compares as it goes: one dtype after the other, and in
+each pass one step of each side alive at a time (checker.py), so its peak is the widest pass and does
+not grow with the steps. The worked transformer (float64 + float32, 5 optimizer steps, 2026-12-02,
+2 cores) peaked 177 bytes per parameter above the process at 6.7 M parameters and 353 at 1.8 M
+(before compare-as-you-go: 364 and 531); between the two sizes the peak grows by ~123 bytes per
+parameter, i.e. ~16 itemsizes: both frameworks' working copies, gradients and Adam moments, the
+transferred weights and one step of each side. `estimate` is n · s · 16 for the widest itemsize s
+(n · s · 8 without steps: no moments, no steps) plus a fixed 0.5 GB (the compiles, the recorded
+forward). A float64 difference keeps the steps from the first one on for the diagnosis, while `room` says
+there is memory for them.
 """
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import sys
 from pathlib import Path
 
 from .match import PortInputError
 
-__all__ = ["estimate", "available", "require"]
+__all__ = ["estimate", "available", "release", "require", "room"]
 
 _ITEMSIZE = {"float64": 8, "float32": 4}
 _MARGIN = 1.1  # the estimate's spread across models (activations, a library's float32 islands)
+_FIXED = 1 << 29  # 0.5 GB: the compiled programs and the recorded forward of a small batch
 
 
 def estimate(n_params: int, steps: int, dtypes: tuple[str, ...]) -> int:
     """Bytes a check of `n_params` parameters with `steps` optimizer steps needs beyond the caller's process."""
-    return sum(n_params * _ITEMSIZE[d] * (17 + 3 * steps) for d in dtypes)
+    per = 16 if steps else 8  # itemsizes per parameter: with steps, the moments and one step of each side
+    return n_params * max(_ITEMSIZE[d] for d in dtypes) * per + _FIXED
+
+
+def room(nbytes: int) -> bool:
+    """Whether `nbytes` more fit in the memory available now (True where it cannot be measured)."""
+    free = available()
+    return free is None or nbytes * _MARGIN < free
 
 
 def _cgroup_left() -> int | None:
@@ -72,3 +87,18 @@ def require(n_params: int, steps: int, dtypes: tuple[str, ...], free: int | None
             "config of the same model, or on a machine with more memory"
         )
     return need
+
+
+def release() -> None:
+    """Hand the memory freed so far back to the OS (glibc's malloc_trim; nothing elsewhere).
+
+    A check frees each step's arrays as soon as they are judged, but glibc keeps the freed pages of
+    arrays of many sizes in its heap, where the next step's arrays do not fit them: without a trim the
+    process's peak grows by about a step's arrays per step. Changes no setting: it only returns free pages.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # musl and other C libraries have no malloc_trim
+        pass

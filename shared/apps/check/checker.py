@@ -4,23 +4,23 @@ For each dtype the checker works on its own copies of both models (cast by the i
 user's models, optimizers and settings are left as they were): it pairs the modules
 (match.py), copies the torch weights into the NNX copy by the rule tables (or, with
 transfer=False, checks the user's own loaded weights against them), records every
-submodule's output, the loss and every parameter's gradient, then runs K optimizer steps.
+submodule's output, the loss and every parameter's gradient, then runs K optimizer steps, each
+compared as both sides yield it (passes.py: one step of each side alive, one dtype at a time).
 Everything is compared with shared/core/parity.py's comparator, keyed by the NNX leaf paths.
 The float64 pass tells a bug from float32 noise; the diagnosis (diagnose.py) names the bug.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from ..backends import backend
-from . import budget, diagnose, flow
-from .compare import Pass, rows_of
-from .match import Plan, PortInputError, check_mapping, plan
+from . import diagnose, flow
+from .match import PortInputError, check_mapping
+from .passes import Passes
 from .report import PortReport
 
 __all__ = ["MAX_STEPS", "check_port", "validate_batch"]
@@ -57,11 +57,7 @@ def _pair(optimizer) -> bool:
     return isinstance(optimizer, tuple) and len(optimizer) == 2 and not hasattr(optimizer, "init")
 
 
-def _cast(batch: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    return {k: v.astype(dtype) if v.dtype.kind == "f" else v for k, v in batch.items()}
-
-
-class _Checker:
+class _Checker(Passes):
     def __init__(self, torch_model, jax_model, batch, *, torch_loss, jax_loss, torch_optimizer, jax_optimizer,
                  torch_step, jax_step, mapping, transfer, steps, progress) -> None:  # fmt: skip
         for name, fn in (("torch_loss", torch_loss), ("jax_loss", jax_loss)):
@@ -103,109 +99,6 @@ class _Checker:
         self.report = PortReport(settings={"steps": self.k, "transfer": self.transfer, "mapping": dict(mapping or {})})
         if steps and not self.k:
             self.report.notes.append("no optimizers or steps given: the K optimizer steps were skipped")
-
-    def _impl(self, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except ValueError as exc:
-            raise PortInputError(str(exc)) from exc
-
-    def _native(self, jm, pl: Plan, canonical: dict, grad: bool = False) -> tuple[dict, dict, dict]:
-        return self._impl(self.J.to_native, jm, pl.to_jax(canonical), grad=grad)
-
-    def _pass(self, dtype: str) -> Pass:
-        T, J = self.T, self.J
-        tm, jm = (self._impl(T.copy_model, self.models[0], dtype), self._impl(J.copy_model, self.models[1], dtype))
-        p = Pass(dtype)
-        tstruct, jstruct = self._impl(T.structure, tm), J.structure(jm)
-        if dtype == "float64":  # before the big allocations: refused up front, never killed mid-check
-            n = sum(math.prod(f["shape"]) for u in tstruct["units"] for f in u["leaves"].values() if "tied_to" not in f)
-            budget.require(n, self.k, self.dtypes)
-        pl = plan(tstruct, jstruct, self.mapping)
-        self.plan, self.structures = pl, (tstruct, jstruct)
-        weights = T.read(tm)
-        if not any(weights.values()):
-            raise PortInputError("torch_model: expected parameters or buffers to compare, got none")
-        for unit, leaves in weights.items():  # the reference must be a number: NaN would equal NaN
-            for leaf, value in leaves.items():
-                if not np.all(np.isfinite(value)):
-                    name = next(u["leaves"][leaf]["source"] for u in tstruct["units"] if u["path"] == unit)
-                    raise PortInputError(f"torch_model: expected finite weights, got NaN / inf in {name}")
-        p.expected, p.sources, p.dropped = self._native(jm, pl, weights)
-        left = sorted(set(jstruct["variables"]) - set(p.expected))
-        if left:
-            shapes = ", ".join(f"{k} {jstruct['variables'][k]['shape']}" for k in left)
-            raise PortInputError(f"the models' parameter sets differ: NNX leaves no torch parameter reaches: {shapes}")
-        if self.transfer:
-            self._impl(J.load, jm, pl.to_jax(T.read(tm)), strict=False)
-        p.actual = J.native(jm)
-        # the start: every run below works on a copy of it, so the pass's own models serve (two copies fewer)
-        t0, j0 = tm, jm
-        batch = _cast(self.batch, dtype)
-        p.torch, p.torch_steps = self._torch_side(t0, j0, pl, batch, dtype)
-        loss = np.asarray(p.torch["loss"])
-        if not np.all(np.isfinite(loss)):
-            raise PortInputError(f"torch_loss: expected a finite loss on the batch ({dtype}), got {loss}")
-        p.jax, p.jax_steps = self._jax_side(j0, batch, dtype)
-        self._torch_grads(p, jm, pl)
-
-        def replay(knob: str, side: str = "torch") -> Pass:
-            q = Pass(dtype, p.expected, p.actual, p.sources, dropped=p.dropped)
-            if side == "torch":
-                q.jax, q.jax_steps = p.jax, p.jax_steps
-                q.torch, q.torch_steps = self._torch_side(t0, j0, pl, batch, dtype, knob)
-                self._torch_grads(q, jm, pl)
-            else:
-                q.torch, q.torch_steps, q.torch_none = p.torch, p.torch_steps, p.torch_none
-                q.jax, q.jax_steps = self._jax_side(j0, batch, dtype, knob)
-            return q
-
-        p.replay = replay
-        return p
-
-    def _torch_grads(self, p: Pass, jm, pl: Plan) -> None:
-        grads = p.torch["grads"]
-        none = {f"{u}/{leaf}" for u, g in grads.items() for leaf, v in g.items() if v is None}
-        filled = {
-            u: {leaf: (np.zeros(self._shape(u, leaf), p.dtype) if v is None else v) for leaf, v in g.items()}
-            for u, g in grads.items()
-        }
-        native, sources, _ = self._native(jm, pl, filled, grad=True)
-        inverse = {f"{ju}/{jl}".lstrip("/"): f"{tu}/{tl}".lstrip("/") for (tu, tl), (ju, jl) in pl.pairs.items()}
-        p.torch["grads_native"] = native
-        p.torch["grad_sources"] = {k: [inverse.get(s, s) for s in v] for k, v in sources.items()}
-        p.torch_none = {k for k, v in p.torch["grad_sources"].items() if v and all(s in none for s in v)}
-
-    def _shape(self, unit: str, leaf: str) -> tuple:
-        return next(tuple(u["leaves"][leaf]["shape"]) for u in self.structures[0]["units"] if u["path"] == unit)
-
-    def _torch_side(self, t0, j0, pl: Plan, batch, dtype, knob=None) -> tuple[dict, list[dict]]:
-        """torch's forward, gradients and K steps from the start t0 (one run when an optimizer is given)."""
-        T, runs = self.T, []
-        if self.k:
-            runs = self._impl(self.TR.train, T.copy_model(t0, dtype), batch, self.losses[0], dtype, self.optimizers[0],
-                              self.user_steps[0], self.k, knob=knob)  # fmt: skip
-        run = runs[0]["run"] if runs and "run" in runs[0] else None
-        if run is None:
-            run = self._impl(self.TR.run_loss, T.copy_model(t0, dtype), batch, self.losses[0], dtype, knob=knob)
-        steps = []
-        while runs:  # each step's torch layout freed as soon as it is mapped: one step's copy alive, not K
-            s = runs.pop(0)
-            values, _, dropped = self._native(j0, pl, s.pop("values"))
-            steps.append({"loss": s["loss"], "values": values, "dropped": dropped})
-        return run, steps
-
-    def _jax_side(self, j0, batch, dtype, knob=None) -> tuple[dict, list[dict]]:
-        """JAX's forward, gradients and K steps from the start j0 (one compile when an optimizer is given)."""
-        J, steps = self.J, []
-        if self.k:
-            steps = self._impl(self.JR.train, J.copy_model(j0, dtype), batch, self.losses[1], dtype, self.optimizers[1],
-                               self.user_steps[1], self.k, knob=knob)  # fmt: skip
-        run = steps[0].pop("run") if steps and "run" in steps[0] else None
-        if run is None:
-            wrt = {"wrt": self.wrt} if self.wrt else {}
-            run = self._impl(self.JR.run_loss, J.copy_model(j0, dtype), batch, self.losses[1], dtype, knob=knob, **wrt)
-        return run, steps
 
 
 def check_port(
@@ -264,10 +157,9 @@ def check_port(
     for dtype in dtypes:
         c.progress(f"{dtype}: weights, outputs, loss, gradients{f', {c.k} steps' if c.k else ''} ...")
         t = time.perf_counter()
-        p = c._pass(dtype)
-        report.rows += rows_of(p, c.plan, c.transfer)
+        p = c._pass(dtype, report.rows)
         report.seconds[dtype] = time.perf_counter() - t
-        passes[dtype] = p
+        passes[dtype] = p  # float32's arrays are all let go: its diagnosis reads rows only
     report.notes += c.plan.notes
     p64 = passes["float64"]
     for key, (_, shape) in p64.orders.items():

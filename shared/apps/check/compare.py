@@ -19,7 +19,7 @@ from .match import Plan, translate
 from .pairing import flatten_orders, pair
 from .report import Row
 
-__all__ = ["TOLERANCE", "STEP_TOLERANCE", "Pass", "rows_of"]
+__all__ = ["TOLERANCE", "STEP_TOLERANCE", "Judge", "Pass", "rows_of"]
 
 # float64: the package's parity bound (a bug, not rounding); float32: the noise of a deep float32 forward.
 # Steps are held to the model's parameter scale, not each leaf's: a leaf whose gradient vanishes in exact
@@ -54,8 +54,14 @@ class Pass:
     torch: dict = field(default_factory=dict)  # run_loss of torch, grads in NNX layout
     jax: dict = field(default_factory=dict)
     torch_none: set = field(default_factory=set)  # NNX keys whose torch .grad were all None
-    torch_steps: list = field(default_factory=list)  # [{"loss", "values" NNX layout}]
+    # [{"step": s, "loss", "values" NNX layout}]: in the float64 pass, the steps from its first difference on
+    torch_steps: list = field(default_factory=list)
     jax_steps: list = field(default_factory=list)
+    flow: dict = field(default_factory=dict)  # NNX key -> (torch's gradient state, JAX's): flow.state
+    moved: dict = field(default_factory=dict)  # side -> NNX keys whose last step left the start
+    no_grad: set = field(default_factory=set)  # NNX keys torch gives no or an all-zero gradient
+    grad_norm: float = 0.0  # of torch's whole gradient
+    step_dropped: set = field(default_factory=set)  # canonical keys a torch step's mapping dropped
     dropped: dict = field(default_factory=dict)
     replay: Callable | None = None
     values: dict = field(default_factory=dict)  # (section, step, key) -> (jax array, torch array)
@@ -80,72 +86,97 @@ def _int_width(j, t) -> np.ndarray:
     return j
 
 
-def rows_of(p: Pass, pl: Plan, transfer: bool) -> list[Row]:
-    """Every comparison of one pass, in the order of the check (weights, outputs, loss, grads, steps).
+class Judge:
+    """The comparisons of one pass, made as its quantities arrive: the weights and the recorded run
+    (outputs, loss, gradients), then each step as both sides yield it. Rows go to `rows`; an array
+    pair goes to `p.values` only where `keep(row)` says (the diagnosis reads the differences), so a
+    check that matches holds no compared arrays once they are judged (its memory at GPT-2 scale).
 
     Where the float64 reference computes in float32 itself (`islands` of its run: HF's RMSNorm, rotary
     embedding, labels= loss), every quantity from the first island on (the outputs of the modules that
     finish after it, the loss, the gradients, the steps) that misses the float64 bound is judged at
     float32's: within it, it matches with that explanation; beyond it, it differs.
     """
-    dt, rows = p.dtype, []
-    islands = p.torch.get("islands") or {}
-    first = min((at for _, at in islands.values()), default=None)
-    finished = {path: i for i, path in enumerate(p.torch.get("finished", []))}
-    why = island(islands) if islands else ""
 
-    scale = max((float(np.max(np.abs(v))) for v in p.expected.values() if np.size(v)), default=0.0)
+    def __init__(self, p: Pass, pl: Plan, transfer: bool, keep: Callable[[Row], bool] = lambda row: True) -> None:
+        self.p, self.pl, self.keep, self.rows = p, pl, keep, []
+        self.scale = max((float(np.max(np.abs(v))) for v in p.expected.values() if np.size(v)), default=0.0)
+        self.first, self.finished, self.why = None, {}, ""
 
-    def add(section, key, torch_name, j, t, step=None, path=None) -> None:
+    def _add(self, section, key, torch_name, j, t, step=None, path=None) -> Row:
+        p, dt, first = self.p, self.p.dtype, self.first
         j, t = _int_width(j, t), np.asarray(t)
         if first is not None and t.dtype.kind == "f" and t.dtype.itemsize < np.asarray(j).dtype.itemsize:
             t = t.astype(np.asarray(j).dtype)  # an island's own result (HF's labels= loss in float32): judged below
-        p.values[(section, step, key)] = (np.asarray(j), np.asarray(t))
         steps = section == "steps" and key != "loss"
-        row = _row(dt, section, key, torch_name, j, t, (STEP_TOLERANCE if steps else TOLERANCE)[dt], step,
-                   scale if steps else None)  # fmt: skip
-        downstream = first is not None and (section != "outputs" or finished.get(path, -1) >= first)
+        tol, scale = (STEP_TOLERANCE if steps else TOLERANCE), (self.scale if steps else None)
+        row = _row(dt, section, key, torch_name, j, t, tol[dt], step, scale)
+        downstream = first is not None and (section != "outputs" or self.finished.get(path, -1) >= first)
         if not row.ok and downstream and section != "weights":
-            wide = _row("float32", section, key, torch_name, j, t, (STEP_TOLERANCE if steps else TOLERANCE)["float32"],
-                        step, scale if steps else None)  # fmt: skip
+            wide = _row("float32", section, key, torch_name, j, t, tol["float32"], step, scale)
             if wide.ok:
-                row.ok, row.explained, row.problem = True, why, ""
-        rows.append(row)
+                row.ok, row.explained, row.problem = True, self.why, ""
+        if self.keep(row):
+            p.values[(section, step, key)] = (np.asarray(j), np.asarray(t))
+        self.rows.append(row)
+        return row
 
-    def name(key: str) -> str:
-        return pl.torch_name(p.sources.get(key, [key]))
+    def _name(self, key: str) -> str:
+        return self.pl.torch_name(self.p.sources.get(key, [key]))
 
-    # a dense kernel loaded in channels-last flatten order (an NHWC port's head): compared in that order
-    p.orders = flatten_orders(p.expected, p.actual, p.torch)
+    def _ordered(self, key, t):
+        return np.asarray(t)[self.p.orders[key][0]] if key in self.p.orders else t
 
-    def ordered(key, t):
-        return np.asarray(t)[p.orders[key][0]] if key in p.orders else t
+    def run(self) -> list[Row]:
+        """The weights, every submodule's output in call order, the loss and every gradient; the rows added."""
+        p, pl, before = self.p, self.pl, len(self.rows)
+        islands = p.torch.get("islands") or {}
+        self.first = min((at for _, at in islands.values()), default=None)
+        self.finished = {path: i for i, path in enumerate(p.torch.get("finished", []))}
+        self.why = island(islands) if islands else ""
+        # a dense kernel loaded in channels-last flatten order (an NHWC port's head): compared in that order
+        p.orders = flatten_orders(p.expected, p.actual, p.torch)
+        for key in p.expected:
+            if key in p.actual:
+                self._add("weights", key, self._name(key), p.actual[key], self._ordered(key, p.expected[key]))
+        jout, tlay, jlay = p.jax["outputs"], p.torch.get("layouts", {}), p.jax.get("layouts", {})
+        for tpath, calls in p.torch["outputs"].items():
+            alias = translate(tpath.replace("/", "."), pl.mapping)
+            if alias not in jout:
+                continue
+            tspecs, jspecs = tlay.get(tpath, []), jlay.get(alias, [])
+            for i, (ta, ja) in enumerate(zip(calls, jout[alias], strict=False)):
+                ts, js = (tspecs[i] if i < len(tspecs) else None), (jspecs[i] if i < len(jspecs) else None)
+                for n, m, moved in pair(ta, ts, ja, js):
+                    suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
+                    self._add("outputs", f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", ja[m],
+                              moved, path=tpath)  # fmt: skip
+        self._add("loss", "loss", "torch_loss", p.jax["loss"], p.torch["loss"])
+        tg = p.torch["grads_native"]
+        for key, g in p.jax["grads"].items():
+            if key in p.torch_none and not p.jax["trainable"].get(key, True):
+                continue  # frozen on both sides (torch None, outside JAX's wrt): the flow diff's business, no gradient to compare
+            if key in tg:
+                self._add("grads", key, self._name(key), g, self._ordered(key, tg[key]))
+        return self.rows[before:]
 
-    for key in p.expected:
-        if key in p.actual:
-            add("weights", key, name(key), p.actual[key], ordered(key, p.expected[key]))
-    jout, tlay, jlay = p.jax["outputs"], p.torch.get("layouts", {}), p.jax.get("layouts", {})
-    for tpath, calls in p.torch["outputs"].items():
-        alias = translate(tpath.replace("/", "."), pl.mapping)
-        if alias not in jout:
-            continue
-        tspecs, jspecs = tlay.get(tpath, []), jlay.get(alias, [])
-        for i, (ta, ja) in enumerate(zip(calls, jout[alias], strict=False)):
-            ts, js = (tspecs[i] if i < len(tspecs) else None), (jspecs[i] if i < len(jspecs) else None)
-            for n, m, moved in pair(ta, ts, ja, js):
-                suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
-                add("outputs", f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", ja[m], moved,
-                    path=tpath)  # fmt: skip
-    add("loss", "loss", "torch_loss", p.jax["loss"], p.torch["loss"])
-    tg = p.torch["grads_native"]
-    for key, g in p.jax["grads"].items():
-        if key in p.torch_none and not p.jax["trainable"].get(key, True):
-            continue  # frozen on both sides (torch None, outside JAX's wrt): the flow diff's business, no gradient to compare
-        if key in tg:
-            add("grads", key, name(key), g, ordered(key, tg[key]))
-    for s, (ts, js) in enumerate(zip(p.torch_steps, p.jax_steps, strict=True), start=1):
-        add("steps", "loss", "torch_loss", js["loss"], ts["loss"], s)
+    def step(self, s: int, ts: dict, js: dict) -> list[Row]:
+        """Step s's loss and every leaf after it ({"loss", "values"} per side, NNX layout); the rows added."""
+        before = len(self.rows)
+        self._add("steps", "loss", "torch_loss", js["loss"], ts["loss"], s)
         for key, v in js["values"].items():
             if key in ts["values"]:
-                add("steps", key, name(key), v, ordered(key, ts["values"][key]), s)
-    return rows
+                self._add("steps", key, self._name(key), v, self._ordered(key, ts["values"][key]), s)
+        return self.rows[before:]
+
+
+def rows_of(p: Pass, pl: Plan, transfer: bool) -> list[Row]:
+    """Every comparison of one pass, in the order of the check (weights, outputs, loss, grads, steps):
+    the steps both sides hold (a replay compares the steps its original kept: Pass.torch_steps)."""
+    judge = Judge(p, pl, transfer)
+    judge.run()
+    jax_steps = {st["step"]: st for st in p.jax_steps}
+    for ts in p.torch_steps:
+        if ts["step"] in jax_steps:
+            judge.step(ts["step"], ts, jax_steps[ts["step"]])
+    return judge.rows

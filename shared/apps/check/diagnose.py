@@ -68,7 +68,8 @@ def _applicable(structures, steps: int) -> list[tuple[catalogue.Diagnosis, catal
 
 
 def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hint]:
-    base = [r for r in report.rows if r.dtype == "float64"]
+    kept = {st["step"] for st in p.jax_steps}  # a replay compares the steps the pass kept: from its first difference
+    base = [r for r in report.rows if r.dtype == "float64" and (r.step is None or r.step in kept)]
     failing = _failing(base)
     if not failing:
         return []
@@ -134,27 +135,35 @@ def _values(report, p, explained: set[str] = frozenset()) -> list[Hint]:
     return hints
 
 
-def _step_context(p, plan) -> StepContext:
+def _first_steps(p) -> tuple[dict, dict] | None:
+    """Both sides' step 1 ({"loss", "values"}), where the pass kept it (it parted by then)."""
+    t = next((st for st in p.torch_steps if st["step"] == 1), None)
+    j = next((st for st in p.jax_steps if st["step"] == 1), None)
+    return (t, j) if t and j else None
+
+
+def _step_context(p, plan, first: tuple[dict, dict]) -> StepContext:
     ratios = {}
-    for r_key in p.jax["grads"]:  # leaves with a gradient; a BatchStat moves without one, by design
-        if r_key not in p.jax_steps[0]["values"] or r_key not in p.torch_steps[0]["values"]:
+    tv, jv = first[0]["values"], first[1]["values"]
+    for r_key in p.flow:  # leaves with a gradient; a BatchStat moves without one, by design
+        if r_key not in jv or r_key not in tv:
             continue
-        dj = p.jax_steps[0]["values"][r_key] - p.actual[r_key]
-        dt = p.torch_steps[0]["values"][r_key] - p.expected[r_key]
+        dj = jv[r_key] - p.actual[r_key]
+        dt = tv[r_key] - p.expected[r_key]
         q = catalogue.kinds.constant_ratio(dj, dt, rtol=1e-6)
         if q is not None:
             ratios[r_key] = q
-    no_grad = {k for k in ratios if k in p.torch_none or not np.any(p.torch["grads_native"].get(k, 0))}
-    g = float(np.sqrt(sum(float(np.sum(v**2)) for v in p.torch["grads_native"].values())))
-    return StepContext(ratios, no_grad, p.sources, g, plan.torch_name)
+    no_grad = {k for k in ratios if k in p.no_grad}
+    return StepContext(ratios, no_grad, p.sources, p.grad_norm, plan.torch_name)
 
 
 def _steps(report, p, plan) -> list[Hint]:
     """Signatures of the first step's update Δ = after − before, on the leaves that part there."""
-    if not p.torch_steps:
+    first = _first_steps(p)
+    if first is None:
         return []
     parted = {r.key for r in report.failed("float64") if r.section == "steps" and r.step == 1 and r.key != "loss"}
-    ctx = _step_context(p, plan)
+    ctx = _step_context(p, plan, first)
     ctx.ratios = {k: q for k, q in ctx.ratios.items() if k in parted}
     return [
         _hint(d.id, sig.title or d.title, where, ev)
@@ -181,7 +190,7 @@ def _config(structures, plan) -> list[Hint]:
 
 def _dropped(p, plan) -> list[Hint]:
     hints = []
-    moved = {k for s in p.torch_steps for k in s.get("dropped", {})} - set(p.dropped)
+    moved = p.step_dropped - set(p.dropped)
     for d, sig in catalogue.signatures("dropped"):
         for key, why in p.dropped.items():
             name = plan.torch_name([key])

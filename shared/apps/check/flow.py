@@ -14,7 +14,7 @@ import numpy as np
 
 from .report import FlowLine
 
-__all__ = ["state", "diff"]
+__all__ = ["state", "states", "diff"]
 
 
 def state(g: np.ndarray | None, trainable: bool, side: str) -> str:
@@ -77,20 +77,27 @@ def _group(keys: list[str], everything: list[str]) -> list[str]:
     return list(dict.fromkeys(chosen))
 
 
-def diff(p, plan) -> list[FlowLine]:
-    """FlowLines of a float64 Pass (checker.Pass): the mismatches, then the agreements worth a word."""
+def states(p) -> dict[str, tuple[str, str]]:
+    """{NNX key: (torch's gradient state, JAX's)} of a float64 Pass's recorded run (compare.Pass),
+    taken as soon as both gradients exist: the arrays can go, the flow diff keeps these."""
     tg, sources = p.torch["grads_native"], p.torch["grad_sources"]
     trainable_t = {f"{u}/{leaf}".lstrip("/"): v for u, g in p.torch["trainable"].items() for leaf, v in g.items()}
+    out = {}
+    for key, g in p.jax["grads"].items():
+        if key in tg:
+            trainable = any(trainable_t.get(s, True) for s in sources.get(key, []))
+            t = state(None if key in p.torch_none else tg[key], trainable, "torch")
+            out[key] = (t, state(g, p.jax["trainable"].get(key, True), "jax"))
+    return out
+
+
+def diff(p, plan) -> list[FlowLine]:
+    """FlowLines of a float64 Pass (compare.Pass: its `flow` states and `moved` keys): the mismatches,
+    then the agreements worth a word."""
     facts: dict[tuple[str, str, str, bool], list[str]] = {}
-    params = list(p.jax["grads"])
-    for key in params:
-        if key not in tg:
-            continue
-        trainable = any(trainable_t.get(s, True) for s in sources.get(key, []))
-        t = state(None if key in p.torch_none else tg[key], trainable, "torch")
-        j = state(p.jax["grads"][key], p.jax["trainable"].get(key, True), "jax")
-        moved_j = bool(p.jax_steps) and not np.array_equal(p.jax_steps[-1]["values"][key], p.actual[key])
-        moved_t = bool(p.torch_steps) and not np.array_equal(p.torch_steps[-1]["values"].get(key), p.expected[key])
+    params = list(p.flow)
+    for key, (t, j) in p.flow.items():
+        moved_j, moved_t = key in p.moved.get("jax", ()), key in p.moved.get("torch", ())
         text, mismatch = _sentence(t, j, moved_j, moved_t)
         if text:
             facts.setdefault((t, j, text, mismatch), []).append(key)

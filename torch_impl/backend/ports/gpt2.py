@@ -20,7 +20,11 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 __all__ = ["SIZES", "GPT2LMHeadModel", "build", "batch", "loss", "optimizer"]
 
-SIZES = {"small": {"vocab": 97, "dim": 32, "heads": 4, "layers": 1, "positions": 16, "batch": 2, "tokens": 6}}
+SIZES = {
+    "small": {"vocab": 97, "dim": 32, "heads": 4, "layers": 1, "positions": 16, "batch": 2, "tokens": 6},
+    # transformers' default GPT2Config: GPT-2 small, 124 M parameters (`detach-parity bench --port-check gpt2:base`)
+    "base": {"vocab": 50257, "dim": 768, "heads": 12, "layers": 12, "positions": 1024, "batch": 2, "tokens": 16},
+}
 
 
 def build(size: str = "small", seed: int = 0) -> GPT2LMHeadModel:
