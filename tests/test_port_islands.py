@@ -98,3 +98,29 @@ def test_the_float32_pass_is_judged_as_before() -> None:
     assert [r for r in report.rows if r.dtype == "float32"] and not [
         r for r in report.explained if r.dtype == "float32"
     ]
+
+
+def test_float32_steps_that_differ_only_where_the_float64_gradient_is_rounding_are_explained() -> None:
+    """Adam turns any gradient into steps of ~lr: on entries whose float64 gradient is below float32's resolution
+    (attention's key bias, which softmax ignores) float32 steps are noise; elsewhere a difference still differs."""
+    from detach_parity.shared.apps.check.compare import NOISE, Judge, Pass, noise_entries
+    from detach_parity.shared.apps.check.match import Plan
+
+    grads = {"attn/bias": np.array([3e-2, -1e-17, 2e-18, 4e-2]), "head/kernel": np.array([[0.0, 1e-3]])}
+    noise = noise_entries(grads)
+    assert list(noise) == ["attn/bias"]  # an exact zero is not noise: float32 keeps it zero and Adam leaves it
+    np.testing.assert_array_equal(noise["attn/bias"], [False, True, True, False])
+    weights = {"attn/bias": np.zeros(4, np.float32), "head/kernel": np.zeros((1, 2), np.float32)}
+    p = Pass("float32", expected=weights, actual=weights)
+    t = {"loss": np.float32(1.0), "values": {"attn/bias": np.array([0.1, 0.01, -0.01, 0.2], np.float32)}}
+    lr_noise = {"loss": np.float32(1.0), "values": {"attn/bias": np.array([0.1, -0.01, 0.01, 0.2], np.float32)}}
+    real = {"loss": np.float32(1.0), "values": {"attn/bias": np.array([0.1, -0.01, 0.01, 0.25], np.float32)}}
+    rows = Judge(p, Plan(), True, noise=noise).step(1, t, lr_noise)
+    bias = next(r for r in rows if r.key == "attn/bias")
+    assert bias.ok and bias.explained == NOISE + " (2 entries of 4)"
+    rows = Judge(p, Plan(), True, noise=noise).step(1, t, real)  # off the noise entries: a real difference
+    bias = next(r for r in rows if r.key == "attn/bias")
+    assert not bias.ok and not bias.explained and bias.max_abs > 0.04
+    assert not next(
+        r for r in Judge(p, Plan(), True).step(1, t, lr_noise) if r.key == "attn/bias"
+    ).ok  # no float64 facts

@@ -445,3 +445,66 @@ def test_hf_gpt2_mlp_its_conv1d_and_gelu_new() -> None:
     report = _check(torch_model, PortHFMLP(approximate=False))
     assert not report.ok and report.hints[0].pitfall == "P04" and report.hints[0].confirmed, report.table()
     assert "other way round" in report.hints[0].title
+
+
+class _TorchGRU(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gru = nn.GRU(3, 4, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(x)[0]
+
+
+class HandGRU(nnx.Module):
+    """torch's GRU by hand (fused r | z | n kernels, b_hn inside the reset gate), under its own leaf names."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.dense_i = nnx.Linear(3, 12, rngs=rngs)
+        self.dense_h = nnx.Linear(4, 12, rngs=rngs)
+
+    def __call__(self, x):
+        h, outs = jnp.zeros((x.shape[0], 4), x.dtype), []
+        for t in range(x.shape[1]):
+            i_r, i_z, i_n = jnp.split(self.dense_i(x[:, t]), 3, axis=-1)
+            h_r, h_z, h_n = jnp.split(self.dense_h(h), 3, axis=-1)
+            r, z = jax.nn.sigmoid(i_r + h_r), jax.nn.sigmoid(i_z + h_z)
+            h = (1 - z) * jnp.tanh(i_n + r * h_n) + z * h
+            outs.append(h)
+        return jnp.stack(outs, axis=1)
+
+
+class _JaxGRU(nnx.Module):
+    def __init__(self) -> None:
+        self.gru = HandGRU(nnx.Rngs(0))
+
+    def __call__(self, x):
+        return self.gru(x)
+
+
+def test_a_hand_written_cell_is_refused_with_the_rule_it_takes_and_matches_with_it() -> None:
+    """A class of the user's holding a standard layer's leaves under other names: the refusal spells out the
+    register_rule call (every canonical leaf it must name), and with that rule the port matches."""
+    torch.manual_seed(0)
+    batch = {"x": np.random.default_rng(0).normal(size=(2, 5, 3))}
+    args = dict(torch_loss=lambda m, b: (m(b["x"]) ** 2).mean(), jax_loss=lambda m, b: (m(b["x"]) ** 2).mean(), steps=0)
+    with pytest.raises(
+        ValueError,
+        match=r"HandGRU at 'gru' has no leaf 'ih/kernel'.*register_rule\(HandGRU, \{'ih/kernel': <its leaf>, 'ih/bias': <its leaf>, 'hh/kernel': <its leaf>, 'hh/bias': <its leaf>\}\)",
+    ):
+        check_port(_TorchGRU().double(), _JaxGRU(), batch, **args)
+    rule = {
+        "ih/kernel": "dense_i/kernel",
+        "ih/bias": "dense_i/bias",
+        "hh/kernel": "dense_h/kernel",
+        "hh/bias": "dense_h/bias",
+    }
+    with register_rule(HandGRU, rule):
+        report = check_port(_TorchGRU().double(), _JaxGRU(), batch, **args)
+    assert report.ok, report.table()
+    assert {r.key for r in report.rows if r.section == "grads"} == {
+        "gru/dense_i/kernel",
+        "gru/dense_i/bias",
+        "gru/dense_h/kernel",
+        "gru/dense_h/bias",
+    }

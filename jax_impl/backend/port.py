@@ -186,9 +186,15 @@ def to_native(model, canonical: Mapping[str, Mapping[str, np.ndarray]], grad: bo
         for rel, value in out.items():
             path = f"{head}{rel}"
             if path not in state:
+                own = sorted(k.removeprefix(f"{unit}/") for k in state if k.startswith(head))
+                # a class of the user's holding a standard layer's leaves under its own names: say the rule it takes
+                fix = "" if type(cell).__module__.startswith("flax") else (
+                    f": a class of your own holding them under other names takes a rule, register_rule("
+                    f"{type(cell).__name__}, {{{', '.join(f'{k!r}: <its leaf>' for k in canon)}}}) (README, Check "
+                    "your own port)")  # fmt: skip
                 raise ValueError(
                     f"jax_model: {type(cell).__name__} at {unit or '(model)'!r} has no leaf {prefix}{rel!r} "
-                    f"for canonical {src[rel]} (its leaves: {sorted(k for k in state if k.startswith(head))})"
+                    f"for canonical {src[rel]} (its leaves: {own}){fix}"
                 )
             if tuple(np.shape(value)) != tuple(state[path].shape):
                 raise ValueError(

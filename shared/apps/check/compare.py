@@ -19,7 +19,7 @@ from .match import Plan, translate
 from .pairing import flatten_orders, pair
 from .report import Row
 
-__all__ = ["TOLERANCE", "STEP_TOLERANCE", "Judge", "Pass", "rows_of"]
+__all__ = ["TOLERANCE", "STEP_TOLERANCE", "NOISE", "Judge", "Pass", "noise_entries", "rows_of"]
 
 # float64: the package's parity bound (a bug, not rounding); float32: the noise of a deep float32 forward.
 # Steps are held to the model's parameter scale, not each leaf's: a leaf whose gradient vanishes in exact
@@ -68,6 +68,27 @@ class Pass:
     orders: dict = field(default_factory=dict)  # NNX kernel -> (row order, [C, *spatial]): pairing.flatten_orders
 
 
+NOISE_BOUND = 1e-6  # a float64 gradient entry below this fraction of the model's largest: float32 cannot resolve it
+NOISE = (
+    "float32 steps: Adam's updates of entries whose float64 gradient is below float32's resolution "
+    f"(≤ {NOISE_BOUND:g} of the largest: zero in exact arithmetic, as attention's key bias) are rounding noise "
+    "scaled to the learning rate; the rest of the leaf matches"
+)
+
+
+def noise_entries(grads: dict) -> dict[str, np.ndarray]:
+    """{NNX key: bool mask} of the float64 gradient entries float32 cannot resolve: non-zero (an exact
+    zero stays zero in float32 too, and Adam leaves it) and at most NOISE_BOUND of the largest |g|."""
+    top = max((float(np.max(np.abs(g))) for g in grads.values() if np.size(g)), default=0.0)
+    out = {}
+    for key, g in grads.items():
+        a = np.abs(np.asarray(g))
+        mask = (a > 0) & (a <= NOISE_BOUND * top)
+        if mask.any():
+            out[key] = mask
+    return out
+
+
 def island(islands: dict) -> str:
     """The sentence of a report on where the float64 reference computes in a narrower dtype."""
     where = list(dict.fromkeys(re.sub(r"(^|/)\d+(?=/|$)", r"\1*", p).replace("/", ".") for p in islands))
@@ -98,8 +119,11 @@ class Judge:
     float32's: within it, it matches with that explanation; beyond it, it differs.
     """
 
-    def __init__(self, p: Pass, pl: Plan, transfer: bool, keep: Callable[[Row], bool] = lambda row: True) -> None:
+    def __init__(
+        self, p: Pass, pl: Plan, transfer: bool, keep: Callable[[Row], bool] = lambda row: True, noise=None
+    ) -> None:
         self.p, self.pl, self.keep, self.rows = p, pl, keep, []
+        self.noise = noise or {}  # NNX key -> entries whose float64 gradient is float32 rounding (noise_entries)
         self.scale = max((float(np.max(np.abs(v))) for v in p.expected.values() if np.size(v)), default=0.0)
         self.first, self.finished, self.why = None, {}, ""
 
@@ -116,6 +140,14 @@ class Judge:
             wide = _row("float32", section, key, torch_name, j, t, tol["float32"], step, scale)
             if wide.ok:
                 row.ok, row.explained, row.problem = True, self.why, ""
+        if not row.ok and steps and key in self.noise and self.noise[key].shape == np.shape(j):
+            # Adam scales a gradient to ~lr whatever its size: on entries whose true gradient is below
+            # float32's resolution (attention's key bias: softmax ignores it) a float32 step is rounding noise
+            m = self._ordered(key, self.noise[key])
+            rest = _row(dt, section, key, torch_name, np.where(m, t, j), t, tol[dt], step, scale)
+            if rest.ok:
+                row.ok, row.problem = True, ""
+                row.explained = NOISE + f" ({int(np.sum(m))} entries of {np.size(m)})"
         if self.keep(row):
             p.values[(section, step, key)] = (np.asarray(j), np.asarray(t))
         self.rows.append(row)

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from . import budget, flow
-from .compare import Judge, Pass
+from .compare import Judge, Pass, noise_entries
 from .match import Plan, PortInputError, plan
 
 __all__ = ["Passes"]
@@ -104,9 +104,8 @@ class Passes:
         batch = _cast(self.batch, dtype)
         wide = dtype == "float64"
         untied = {key for group in pl.untied for key, _ in group}
-        judge = Judge(
-            p, pl, self.transfer, keep=lambda r: wide and (not r.ok or (r.section == "grads" and r.key in untied))
-        )
+        keep = lambda r: wide and (not r.ok or (r.section == "grads" and r.key in untied))  # noqa: E731
+        judge = Judge(p, pl, self.transfer, keep, noise=None if wide else getattr(self, "noise", None))
         # the pass's own models are the start: each side trains its copy in place (a replay makes new ones)
         torch_steps, p.torch = self._torch_side(tm, jm, pl, batch, dtype)
         loss = np.asarray(p.torch["loss"])
@@ -119,6 +118,7 @@ class Passes:
             tg = p.torch["grads_native"]
             p.no_grad = {k for k in p.flow if k in p.torch_none or not np.any(tg.get(k, 0))}
             p.grad_norm = float(np.sqrt(sum(float(np.sum(np.square(v))) for v in tg.values())))
+            self.noise = noise_entries(tg)  # for the float32 pass's steps
         parted = not all(r.ok for r in judge.run())
         if not (wide and parted):  # judged and matched: the outputs and gradients go (a replay skips them)
             p.torch.update(outputs={}, grads_native={})

@@ -178,8 +178,9 @@ class PortReport:
         for why in dict.fromkeys(r.explained for r in self.explained):
             rows = [r for r in self.explained if r.explained == why]
             worst = max(rows, key=lambda r: _num(r.max_rel))
+            judged = "judged at float32 precision from there" if why.startswith("float64 pass") else "so judged"
             out.append(
-                f"explained: {why}; {len(rows)} quantities judged at float32 precision from there "
+                f"explained: {why}; {len(rows)} quantities {judged} "
                 f"(the largest difference {worst.max_rel:.1e} relative, at {worst.where})"
             )
         verdict = {"match": "the port matches", "differs": "the port DIFFERS"}.get(
