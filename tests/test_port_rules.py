@@ -14,6 +14,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 import torch
 from detach_parity import check_port, register_rule
@@ -448,63 +449,92 @@ def test_hf_gpt2_mlp_its_conv1d_and_gelu_new() -> None:
 
 
 class _TorchGRU(nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, lstm: bool = False) -> None:
         super().__init__()
-        self.gru = nn.GRU(3, 4, batch_first=True)
+        self.gru = (nn.LSTM if lstm else nn.GRU)(3, 4, batch_first=True)
 
     def forward(self, x):
         return self.gru(x)[0]
 
 
 class HandGRU(nnx.Module):
-    """torch's GRU by hand (fused r | z | n kernels, b_hn inside the reset gate), under its own leaf names."""
+    """torch's GRU by hand (fused r | z | n kernels, b_hn inside the reset gate), both biases kept."""
 
-    def __init__(self, rngs: nnx.Rngs) -> None:
-        self.dense_i = nnx.Linear(3, 12, rngs=rngs)
-        self.dense_h = nnx.Linear(4, 12, rngs=rngs)
+    def __init__(self, rngs: nnx.Rngs, names: tuple[str, str] = ("dense_i", "dense_h")) -> None:
+        self.names = names
+        setattr(self, names[0], nnx.Linear(3, 12, rngs=rngs))
+        setattr(self, names[1], nnx.Linear(4, 12, rngs=rngs))
 
     def __call__(self, x):
         h, outs = jnp.zeros((x.shape[0], 4), x.dtype), []
         for t in range(x.shape[1]):
-            i_r, i_z, i_n = jnp.split(self.dense_i(x[:, t]), 3, axis=-1)
-            h_r, h_z, h_n = jnp.split(self.dense_h(h), 3, axis=-1)
+            i_r, i_z, i_n = jnp.split(getattr(self, self.names[0])(x[:, t]), 3, axis=-1)
+            h_r, h_z, h_n = jnp.split(getattr(self, self.names[1])(h), 3, axis=-1)
             r, z = jax.nn.sigmoid(i_r + h_r), jax.nn.sigmoid(i_z + h_z)
             h = (1 - z) * jnp.tanh(i_n + r * h_n) + z * h
             outs.append(h)
         return jnp.stack(outs, axis=1)
 
 
+class HandLSTM(nnx.Module):
+    """torch's LSTM by hand in nnx.LSTMCell's per-gate layout (ii ... io, hi ... ho), both biases kept."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.ii, self.if_, self.ig, self.io = (nnx.Linear(3, 4, rngs=rngs) for _ in range(4))
+        self.hi, self.hf, self.hg, self.ho = (nnx.Linear(4, 4, rngs=rngs) for _ in range(4))
+
+    def __call__(self, x):
+        h = c = jnp.zeros((x.shape[0], 4), x.dtype)
+        outs = []
+        for t in range(x.shape[1]):
+            xt = x[:, t]
+            i = jax.nn.sigmoid(self.ii(xt) + self.hi(h))
+            f = jax.nn.sigmoid(self.if_(xt) + self.hf(h))
+            g = jnp.tanh(self.ig(xt) + self.hg(h))
+            o = jax.nn.sigmoid(self.io(xt) + self.ho(h))
+            c = f * c + i * g
+            h = o * jnp.tanh(c)
+            outs.append(h)
+        return jnp.stack(outs, axis=1)
+
+
 class _JaxGRU(nnx.Module):
-    def __init__(self) -> None:
-        self.gru = HandGRU(nnx.Rngs(0))
+    def __init__(self, cell: nnx.Module) -> None:
+        self.gru = cell
 
     def __call__(self, x):
         return self.gru(x)
 
 
-def test_a_hand_written_cell_is_refused_with_the_rule_it_takes_and_matches_with_it() -> None:
-    """A class of the user's holding a standard layer's leaves under other names: the refusal spells out the
-    register_rule call (every canonical leaf it must name), and with that rule the port matches."""
+_SEQ = {"x": np.random.default_rng(0).normal(size=(2, 5, 3))}
+_ARGS = dict(torch_loss=lambda m, b: (m(b["x"]) ** 2).mean(), jax_loss=lambda m, b: (m(b["x"]) ** 2).mean(), steps=2,
+             torch_optimizer=lambda p: torch.optim.Adam(p, lr=1e-2), jax_optimizer=optax.adam(1e-2))  # fmt: skip
+
+
+@pytest.mark.parametrize("lstm", [False, True])
+def test_a_hand_written_cell_with_nnx_leaf_names_and_both_biases_is_recognised(lstm: bool) -> None:
+    """No rule needed for a cell written by hand with nnx's own leaf names (fused dense_i / dense_h, or
+    nnx.LSTMCell's per-gate ii ... ho) and both of torch's biases: recognised by its leaves, nothing folded."""
     torch.manual_seed(0)
-    batch = {"x": np.random.default_rng(0).normal(size=(2, 5, 3))}
-    args = dict(torch_loss=lambda m, b: (m(b["x"]) ** 2).mean(), jax_loss=lambda m, b: (m(b["x"]) ** 2).mean(), steps=0)
+    cell = HandLSTM(nnx.Rngs(0)) if lstm else HandGRU(nnx.Rngs(0))
+    report = check_port(_TorchGRU(lstm).double(), _JaxGRU(cell), _SEQ, **_ARGS)
+    assert report.ok, report.table()
+    keys = {r.key for r in report.rows if r.section == "grads"}
+    assert keys == ({f"gru/{g}/{leaf}" for g in ("ii", "if_", "ig", "io", "hi", "hf", "hg", "ho") for leaf in ("kernel", "bias")}
+                    if lstm else {"gru/dense_i/kernel", "gru/dense_i/bias", "gru/dense_h/kernel", "gru/dense_h/bias"})  # fmt: skip
+    assert not report.dropped  # both biases have a place: nothing folded, nothing dropped
+
+
+def test_a_hand_written_cell_under_other_names_is_refused_with_the_rule_it_takes_and_matches_with_it() -> None:
+    """A class of the user's holding a standard layer's leaves under names of its own: the refusal spells out
+    the register_rule call (every canonical leaf it must name), and with that rule the port matches."""
+    torch.manual_seed(0)
     with pytest.raises(
         ValueError,
         match=r"HandGRU at 'gru' has no leaf 'ih/kernel'.*register_rule\(HandGRU, \{'ih/kernel': <its leaf>, 'ih/bias': <its leaf>, 'hh/kernel': <its leaf>, 'hh/bias': <its leaf>\}\)",
     ):
-        check_port(_TorchGRU().double(), _JaxGRU(), batch, **args)
-    rule = {
-        "ih/kernel": "dense_i/kernel",
-        "ih/bias": "dense_i/bias",
-        "hh/kernel": "dense_h/kernel",
-        "hh/bias": "dense_h/bias",
-    }
+        check_port(_TorchGRU().double(), _JaxGRU(HandGRU(nnx.Rngs(0), ("w_in", "w_rec"))), _SEQ, **_ARGS)
+    rule = {"ih/kernel": "w_in/kernel", "ih/bias": "w_in/bias", "hh/kernel": "w_rec/kernel", "hh/bias": "w_rec/bias"}
     with register_rule(HandGRU, rule):
-        report = check_port(_TorchGRU().double(), _JaxGRU(), batch, **args)
+        report = check_port(_TorchGRU().double(), _JaxGRU(HandGRU(nnx.Rngs(0), ("w_in", "w_rec"))), _SEQ, **_ARGS)
     assert report.ok, report.table()
-    assert {r.key for r in report.rows if r.section == "grads"} == {
-        "gru/dense_i/kernel",
-        "gru/dense_i/bias",
-        "gru/dense_h/kernel",
-        "gru/dense_h/bias",
-    }

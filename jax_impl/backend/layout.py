@@ -135,18 +135,76 @@ RULES: dict[type, tuple[Callable, Callable]] = {
 }
 
 
+_RECURRENT = ("ih/kernel", "ih/bias", "hh/kernel", "hh/bias")
+_FUSED = {
+    "ih/kernel": "dense_i/kernel",
+    "ih/bias": "dense_i/bias",
+    "hh/kernel": "dense_h/kernel",
+    "hh/bias": "dense_h/bias",
+}
+_GATES = {f"{g}/{leaf}" for g in _LSTM_I + _LSTM_H for leaf in ("kernel", "bias")}
+
+
+def _renamed(m, c, grad):
+    # a hand-written fused cell keeping both of torch's biases: torch's leaves under nnx's fused names
+    if set(c) != set(_RECURRENT):
+        return _identity(m, c, grad)
+    return {_FUSED[k]: v for k, v in c.items()}, {_FUSED[k]: [k] for k in c}, {}
+
+
+def _renamed_back(m, n):
+    return {k: n[v] for k, v in _FUSED.items()} if "dense_i/kernel" in n else dict(n)
+
+
+def _gates(m, c, grad):
+    # a hand-written per-gate LSTM cell keeping both biases: torch's fused i | f | g | o split by gate, nothing folded
+    if set(c) != set(_RECURRENT):
+        return _identity(m, c, grad)
+    leaves, sources = {}, {}
+    for names, side in ((_LSTM_I, "ih"), (_LSTM_H, "hh")):
+        for g, kernel, bias in zip(names, _blocks(c[f"{side}/kernel"], 4), _blocks(c[f"{side}/bias"], 4), strict=True):
+            leaves.update({f"{g}/kernel": kernel, f"{g}/bias": bias})
+            sources.update({f"{g}/kernel": [f"{side}/kernel"], f"{g}/bias": [f"{side}/bias"]})
+    return leaves, sources, {}
+
+
+def _gates_back(m, n):
+    if "ii/kernel" not in n:
+        return dict(n)
+    return {
+        f"{side}/{leaf}": np.concatenate([n[f"{g}/{leaf}"] for g in names], axis=-1)
+        for names, side in ((_LSTM_I, "ih"), (_LSTM_H, "hh"))
+        for leaf in ("kernel", "bias")
+    }
+
+
+def _by_leaves(module) -> tuple[Callable, Callable] | None:
+    """A rule for a class of the user's that has none, by what it holds rather than its name: a recurrent
+    cell written by hand with nnx's leaf names and both of torch's biases (fused dense_i / dense_h, or
+    nnx.LSTMCell's per-gate ii ... ho). None for anything else (held as the canonical layout)."""
+    if type(module).__module__.startswith("flax."):
+        return None
+    names = {"/".join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(module, nnx.Param))}
+    if names == set(_FUSED.values()):
+        return _renamed, _renamed_back
+    if names == _GATES:
+        return _gates, _gates_back
+    return None
+
+
 def rule_for(module) -> tuple[str, Callable, Callable, nnx.Module]:
     """The rule of an NNX module: (prefix, to, back, the module it applies to).
 
     to(module, canonical, grad) -> (leaves, sources, dropped): canonical leaves (torch's rule
     table, keyed like `ih/kernel`) as the module's own; back(module, leaves) -> canonical.
-    nnx.RNN hands its leaves to its cell (prefix `cell/`); a module without a rule holds the
-    canonical layout as it is (nnx.Linear, nnx.Conv, nnx.Embed, the norms).
+    nnx.RNN hands its leaves to its cell (prefix `cell/`); a class of the user's without a rule is
+    recognised by its leaves where it is a hand-written recurrent cell (_by_leaves); any other module
+    holds the canonical layout as it is (nnx.Linear, nnx.Conv, nnx.Embed, the norms).
     """
     prefix = ""
     while isinstance(module, nnx.RNN):
         prefix, module = f"{prefix}cell/", module.cell
-    to, back = RULES.get(type(module), (_identity, lambda m, n: dict(n)))
+    to, back = RULES.get(type(module)) or _by_leaves(module) or (_identity, lambda m, n: dict(n))
     return prefix, to, back, module
 
 

@@ -20,13 +20,13 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# kind -> what a right hint names: a pitfall id, or "flow" (a missing / extra stop) or "ties"
+# kind -> what a right hint names: a catalogue id (a pitfall, or the lesson a flow or tie hint names)
 KINDS = {
     "gelu_tanh": "P04", "gelu_exact": "P04", "std_correction": "P01", "adam_weight_decay": "P10",
-    "frozen_weight_decay": "P10", "td_loss_broadcast": "P14", "linear_layout": "P07", "flatten_order": "P07",
+    "frozen_weight_decay": "frozen_backbone", "td_loss_broadcast": "P14", "linear_layout": "P07", "flatten_order": "P07",
     "batchnorm_momentum": "P06", "batchnorm_biased_var": "P06", "gru_bias": "P08", "lstm_layout": "P09",
     "lstm_gate_order": "P09", "lstm_bias_folded": "P09", "layernorm_eps": "P05", "rmsnorm_eps": "P05",
-    "mask_polarity": "P12", "stop_gradient": "flow", "untied_lm_head": "ties",
+    "mask_polarity": "P12", "stop_gradient": "basics", "untied_lm_head": "tied_weights",
 }  # fmt: skip
 
 
@@ -48,27 +48,30 @@ def measure(folder: Path, only: list[str]) -> list[dict]:
                                    "--json", str(report)], capture_output=True, text=True, timeout=900)  # fmt: skip
             payload = json.loads(report.read_text()) if report.exists() else {}
         hints = [h for h in payload.get("hints", []) if _named(h) and _named(h) != "unexplained"]
-        want = KINDS.get(truth["expected"])
         names = sorted({_named(h) for h in hints})
         row = {"case": name, "kind": truth["expected"], "where": truth["where"], "exit": proc.returncode,
                "named": names, "seconds": round(time.time() - start, 1),
                "error": proc.stderr.strip().splitlines()[-1] if proc.returncode in (2, 3) and proc.stderr.strip() else ""}  # fmt: skip
-        if truth["expected"] == "correct":
-            row["outcome"] = {0: "match", 1: "false alarm"}.get(proc.returncode, "refused")
-        elif proc.returncode != 1:
-            row["outcome"] = "missed" if proc.returncode == 0 else "refused"
-        elif want and want in names:
-            row["outcome"] = "named"
-        elif names and (want is None or want not in names):
-            row["outcome"] = "misleading"
-        else:
-            row["outcome"] = "detected"
+        row["outcome"] = outcome(row)
         first = [line for line in proc.stdout.splitlines() if line.startswith("float64: first parting")]
         row["first_parting"] = first[0][:200] if first else ""
         print(f"{name:40} {row['kind']:22} exit {row['exit']} {row['outcome']:12} {','.join(names)} {row['error'][:120]}",
               flush=True)  # fmt: skip
         out.append(row)
     return out
+
+
+def outcome(row: dict) -> str:
+    """match / false alarm / refused for a correct port; named / detected / misleading / missed / refused
+    for a buggy one (named: a hint names its kind's catalogue id; misleading: only other names)."""
+    if row["kind"] == "correct":
+        return {0: "match", 1: "false alarm"}.get(row["exit"], "refused")
+    if row["exit"] != 1:
+        return "missed" if row["exit"] == 0 else "refused"
+    want, names = KINDS.get(row["kind"]), row["named"]
+    if want and want in names:
+        return "named"
+    return "misleading" if names else "detected"
 
 
 def summary(rows: list[dict]) -> dict:
@@ -90,8 +93,14 @@ def main() -> int:
     parser.add_argument("folder", nargs="?", default=str(HERE / "round1"))
     parser.add_argument("--json")
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--rescore", metavar="JSON", help="score a stored run again (KINDS changed), running nothing")
     args = parser.parse_args()
-    rows = measure(Path(args.folder), args.only)
+    if args.rescore:
+        rows = json.loads(Path(args.rescore).read_text())["cases"]
+        for row in rows:
+            row["outcome"] = outcome(row)
+    else:
+        rows = measure(Path(args.folder), args.only)
     result = {"summary": summary(rows), "cases": rows}
     print(json.dumps(result["summary"], indent=1))
     if args.json:

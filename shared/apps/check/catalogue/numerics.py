@@ -11,9 +11,16 @@ __all__ = ["RECORDS"]
 
 
 def _tie_split(row, j: np.ndarray, t: np.ndarray) -> str | None:
-    """Entries differ but carry the same total gradient: a subgradient redistributed over ties."""
+    """Entries differ but carry the same total gradient: a subgradient redistributed over ties.
+
+    A kink's subgradient goes to one of the tied entries on one side and is shared (or withheld) on the
+    other: some differing entries are exactly zero on one side. Without such zeros, equal totals are a
+    redistribution of another kind (a loss broadcast, a layout), not a tie split.
+    """
     d = j != t
     if row.section != "grads" or d.sum() < 2:
+        return None
+    if not (np.any(j[d] == 0) or np.any(t[d] == 0)):
         return None
     total, mass = float(t[d].sum()), float(np.abs(t[d]).sum())
     if abs(total) <= 1e-3 * mass or not np.isclose(j[d].sum(), total, rtol=1e-9, atol=0):
