@@ -275,8 +275,15 @@ def test_p11_embedding_padding_row() -> None:
             return self.embed(t).sum(1)
 
     batch = {"x": np.array([[0, 1, 2], [3, 0, 4]]), "y": XY["y"][:2]}
-    h = _hint(_check(TEmb(), JEmb(), batch, t_mse, j_mse), "P11")
-    assert "padding_idx=0" in h.evidence
+    report = _check(TEmb(), JEmb(), batch, t_mse, j_mse)
+    h = _hint(report, "P11")
+    assert (
+        "differs only in row(s) [0], where torch's is zero" in h.evidence and h.where == "float64 grads embed/embedding"
+    )
+    # any other difference is not a padding row: a table whose row 0 torch does train (nothing to do with padding_idx)
+    other = _check(TEmb(), JEmb(), {"x": np.array([[1, 1, 2], [3, 2, 4]]), "y": XY["y"][:2]},
+                   t_mse, lambda m, b: 2 * j_mse(m, b))  # fmt: skip
+    assert not other.ok and "P11" not in other.named(), other.named()
 
 
 # --- P16: differences in float32 only; float32 inside float64 (attention's softmax) ------------------------------
@@ -484,3 +491,49 @@ def test_a_new_diagnosis_is_one_record(monkeypatch) -> None:
     monkeypatch.setitem(catalogue.CATALOGUE, "P99", record)
     h = _hint(_check(TLin(), JLin(), XY, t_mse, j_sum), "P99")
     assert h.where == "float64 loss loss" and "10 × torch's" in h.evidence and not h.confirmed
+
+
+# --- P07 in the port's forward: torch's x Wᵀ written against Flax's [in, out] kernel -------------------------------
+
+
+class TSquare(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(3, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class HandDense(nnx.Module):
+    """A dense layer written by hand: kernel [in, out] (Flax's layout); `transposed` multiplies as torch writes it."""
+
+    def __init__(self, d_in: int, d_out: int, transposed: bool) -> None:
+        self.kernel = nnx.Param(jnp.zeros((d_in, d_out)))
+        self.bias = nnx.Param(jnp.zeros((d_out,)))
+        self.transposed = transposed
+
+    def __call__(self, x):
+        return (x @ self.kernel[...].T if self.transposed else x @ self.kernel[...]) + self.bias[...]
+
+
+class JSquare(nnx.Module):
+    def __init__(self, transposed: bool) -> None:
+        self.fc1 = nnx.Linear(3, 4, rngs=nnx.Rngs(0))
+        self.fc2 = HandDense(4, 4, transposed)
+
+    def __call__(self, x):
+        return self.fc2(jnp.tanh(self.fc1(x)))
+
+
+@pytest.mark.parametrize("transposed", [True, False])
+def test_p07_a_square_layer_multiplied_by_its_kernel_transposed_is_named_by_a_replay(transposed: bool) -> None:
+    batch = {"x": RNG.normal(size=(5, 3)), "y": RNG.normal(size=(5, 4))}
+    report = _check(TSquare().double(), JSquare(transposed), batch, lambda m, b: _mse(m(b["x"]), b["y"]),
+                    lambda m, b: _mse(m(b["x"]), b["y"]))  # fmt: skip
+    if not transposed:  # the correct hand-written layer: no difference, no hint
+        assert report.ok and not report.hints, report.table()
+        return
+    h = _hint(report, "P07")
+    assert h.confirmed and h.title.startswith("a Linear's layout in the port's forward"), report.named()
+    assert h.where == "float64 outputs fc2" and "linear_transposed" in h.evidence

@@ -5,10 +5,11 @@ What it does: each knob changes the checker's own copy of the torch model (or a 
 run, so that if torch with the knob matches JAX, the knob names the bug (the GELU approximation either
 way: F.gelu and every GELU module by what it computes, HF's gelu_new included; norm epsilons, BatchNorm
 conventions, mask polarity, the LSTM carry order, Adam's decay, first order, the flatten order of
-channels-first features).
+channels-first features, a square Linear's weight used untransposed).
 Gradient flow: the running statistics a knob recomputes are buffers, updated under no_grad.
 Port note: every attribute and function patched is restored when the run ends (F.gelu,
-nn.MultiheadAttention.forward, nn.LSTM.forward, torch.autograd.grad, Tensor.flatten / view / reshape).
+nn.MultiheadAttention.forward, nn.LSTM.forward, nn.Linear.forward, torch.autograd.grad, Tensor.flatten /
+view / reshape).
 Shapes: as the user's model.
 Reference: the checker's catalogue (shared/apps/check/catalogue/), one record per knob.
 """
@@ -43,6 +44,7 @@ _KNOBS = (
     "adam_swapped",
     "first_order",
     "flatten_channels_last",
+    "linear_transposed",
 )
 
 
@@ -87,6 +89,7 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
         "mask_inverted": (nn.MultiheadAttention, "forward", _inverted_masks),
         "lstm_carry_swapped": (nn.LSTM, "forward", _swapped_carry),
         "first_order": (torch.autograd, "grad", lambda f: lambda *a, **kw: f(*a, **{**kw, "create_graph": False})),
+        "linear_transposed": (nn.Linear, "forward", _transposed_linear),
     }.get(names[0] if len(names) == 1 else None)
     patches = [patched] if patched else []
     if names == ("flatten_channels_last",):
@@ -133,6 +136,15 @@ def _biased_var(bn, args, out) -> None:
         with torch.no_grad():  # the running statistics are buffers, outside the graph
             var = x.var(dim=dims, correction=0)  # biased: nnx's running variance
             kept.copy_((1 - bn.momentum) * kept + bn.momentum * var)
+
+
+def _transposed_linear(forward: Callable) -> Callable:
+    # a square nn.Linear multiplies by W instead of Wᵀ: what a port computes with x @ kernel.T on an [in, out] kernel
+    def transposed(self, x):
+        w = self.weight
+        return F.linear(x, w.T if w.shape[0] == w.shape[1] else w, self.bias)
+
+    return transposed
 
 
 def _inverted_masks(forward: Callable) -> Callable:

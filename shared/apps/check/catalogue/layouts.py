@@ -88,10 +88,24 @@ def _untied(group: list[tuple[str, bool]], values: dict, report) -> str | None:
     )
 
 
-def _padding_row(tm: dict, jm: dict) -> str | None:
-    if tm["config"].get("padding_idx") is None or jm["type"] != "Embed":
+def _padding_row(row, j: np.ndarray, t: np.ndarray) -> str | None:
+    """Evidence of an embedding's padding row: the gradient differs only in rows where torch's is zero.
+
+    torch's Embedding(padding_idx=i) never gives row i a gradient; nnx.Embed has no padding_idx, so the
+    port trains it. Where torch's row does get a gradient (a decoder tied to the table) or the difference
+    reaches other rows, this is not the bug, whatever the model's config says.
+    """
+    if row.section != "grads" or j.ndim != 2 or j.shape != t.shape:
         return None
-    return f"torch Embedding(padding_idx={tm['config']['padding_idx']}) never trains that row; nnx.Embed has no padding_idx"
+    differs = np.any(np.abs(j - t) > 1e-9 * max(float(np.max(np.abs(t))), 1e-300), axis=1)
+    zero = np.all(t == 0, axis=1)
+    if not differs.any() or not np.all(zero[differs]):
+        return None
+    rows = np.flatnonzero(differs).tolist()
+    return (
+        f"the gradient differs only in row(s) {rows[:5]}, where torch's is zero: torch's Embedding(padding_idx) "
+        "never trains that row, nnx.Embed has no padding_idx (zero its gradient, or mask the row, in the port)"
+    )
 
 
 RECORDS = (
@@ -107,6 +121,14 @@ RECORDS = (
                 title="flatten order: torch flattens [B, C, H, W] features channels first, the NHWC port "
                 "channels last, so the head's rows are read in another order",
                 modules=frozenset({"Conv1d", "Conv2d", "Conv3d"}),
+            ),
+            Replay(
+                "torch",
+                "linear_transposed",
+                "square nn.Linear layers multiply by W instead of Wᵀ",
+                title="a Linear's layout in the port's forward: x @ kernel.T on an [in, out] kernel (torch's "
+                "x Wᵀ written against Flax's layout, which needs x @ kernel)",  # the weights match: not the loader
+                modules=frozenset({"Linear"}),
             ),
         ),
         signatures=(Signature("values", _not_gates, section="weights"),),
@@ -147,6 +169,6 @@ RECORDS = (
     Diagnosis(
         "P11",
         "embedding padding row: no gradient in torch, a gradient in JAX",
-        signatures=(Signature("config", _padding_row),),
+        signatures=(Signature("values", _padding_row),),
     ),
 )
