@@ -94,8 +94,43 @@ class JStdNet(JLin):
 
 
 def test_p01_std_convention_ratio() -> None:
-    h = _hint(_check(TStdNet(), JStdNet(), XY, t_mse, j_mse), "P01")
-    assert "N = 5" in h.evidence and h.where == "float64 outputs norm"
+    report = _check(TStdNet(), JStdNet(), XY, t_mse, j_mse)
+    hints = [h for h in report.hints if h.pitfall == "P01"]
+    assert any("N = 5" in h.evidence and h.where == "float64 outputs norm" for h in hints), report.named()
+    assert hints[0].confirmed and "std_correction_flipped" in hints[0].evidence  # the replay reproduces the port
+
+
+class TInline(nn.Module):
+    """Standardisation inside the forward, no module of its own: the difference first shows after the next Linear."""
+
+    def __init__(self, unbiased: bool) -> None:
+        super().__init__()
+        self.fc1, self.fc2, self.unbiased = nn.Linear(3, 4), nn.Linear(4, 2), unbiased
+
+    def forward(self, x):
+        h = torch.tanh(self.fc1(x))
+        return self.fc2((h - h.mean(-1, keepdim=True)) / h.std(-1, keepdim=True, unbiased=self.unbiased))
+
+
+class JInline(nnx.Module):
+    def __init__(self, ddof: int) -> None:
+        self.fc1, self.fc2, self.ddof = nnx.Linear(3, 4, rngs=nnx.Rngs(0)), nnx.Linear(4, 2, rngs=nnx.Rngs(1)), ddof
+
+    def __call__(self, x):
+        h = jnp.tanh(self.fc1(x))
+        return self.fc2((h - h.mean(-1, keepdims=True)) / jnp.std(h, -1, keepdims=True, ddof=self.ddof))
+
+
+@pytest.mark.parametrize(("unbiased", "ddof"), [(True, 0), (False, 1), (True, 1)])
+def test_p01_a_std_inside_the_forward_is_named_by_a_replay_either_way(unbiased: bool, ddof: int) -> None:
+    batch = {"x": RNG.normal(size=(6, 3)), "y": RNG.normal(size=(6, 2))}
+    report = _check(TInline(unbiased).double(), JInline(ddof), batch, lambda m, b: _mse(m(b["x"]), b["y"]),
+                    lambda m, b: _mse(m(b["x"]), b["y"]))  # fmt: skip
+    if unbiased == bool(ddof):  # the same convention on both sides: a match, no hint
+        assert report.ok and not report.hints, report.table()
+        return
+    h = _hint(report, "P01")
+    assert h.confirmed and h.where == "float64 outputs fc2", report.named()  # first seen after the next Linear
 
 
 # --- P02 / P13: the gradient of a norm at the zero vector, NaN in JAX where torch has 0 ---------------------------

@@ -5,11 +5,11 @@ What it does: each knob changes the checker's own copy of the torch model (or a 
 run, so that if torch with the knob matches JAX, the knob names the bug (the GELU approximation either
 way: F.gelu and every GELU module by what it computes, HF's gelu_new included; norm epsilons, BatchNorm
 conventions, mask polarity, the LSTM carry order, Adam's decay, first order, the flatten order of
-channels-first features, a square Linear's weight used untransposed).
+channels-first features, a square Linear's weight used untransposed, std / var's correction).
 Gradient flow: the running statistics a knob recomputes are buffers, updated under no_grad.
 Port note: every attribute and function patched is restored when the run ends (F.gelu,
 nn.MultiheadAttention.forward, nn.LSTM.forward, nn.Linear.forward, torch.autograd.grad, Tensor.flatten /
-view / reshape).
+view / reshape, torch.std / var and their Tensor methods).
 Shapes: as the user's model.
 Reference: the checker's catalogue (shared/apps/check/catalogue/), one record per knob.
 """
@@ -45,6 +45,7 @@ _KNOBS = (
     "first_order",
     "flatten_channels_last",
     "linear_transposed",
+    "std_correction_flipped",
 )
 
 
@@ -94,6 +95,8 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
     patches = [patched] if patched else []
     if names == ("flatten_channels_last",):
         patches = [(owner, attr, _channels_last) for owner, attr in _FLATTENS]
+    if names == ("std_correction_flipped",):
+        patches = [(owner, attr, _flipped_correction) for owner, attr in _STATISTICS]
     originals = [(getattr(owner, attr), attr in vars(owner)) for owner, attr, _ in patches]
     for (owner, attr, make), (original, _) in zip(patches, originals, strict=True):
         setattr(owner, attr, make(original))
@@ -145,6 +148,26 @@ def _transposed_linear(forward: Callable) -> Callable:
         return F.linear(x, w.T if w.shape[0] == w.shape[1] else w, self.bias)
 
     return transposed
+
+
+_STATISTICS = ((torch.Tensor, "std"), (torch, "std"), (torch.Tensor, "var"), (torch, "var"))
+
+
+def _flipped_correction(original: Callable) -> Callable:
+    # torch's std / var default to N−1 (correction=1), jnp.std / jnp.var to N (ddof=0): each call computes
+    # with the other one (1 <-> 0), whether it was the default, `correction=` or the older `unbiased=`
+    def flipped(*args, **kwargs):
+        args = list(args)
+        unbiased = next((i for i, a in enumerate(args[1:3], start=1) if isinstance(a, bool)), None)
+        if unbiased is not None:  # the older positional form std(input, [dim,] unbiased, ...)
+            correction = int(args.pop(unbiased))
+        elif "unbiased" in kwargs:
+            correction = int(kwargs.pop("unbiased"))
+        else:
+            correction = kwargs.pop("correction", 1)
+        return original(*args, correction=0 if correction else 1, **kwargs)
+
+    return flipped
 
 
 def _inverted_masks(forward: Callable) -> Callable:

@@ -68,6 +68,13 @@ RECORDS = (
     Diagnosis(
         "P01",
         "std convention: torch divides by N−1 (unbiased), jnp.std by N",
+        replays=(
+            Replay(
+                "torch",
+                "std_correction_flipped",
+                "every torch.std / var computes with the other correction (N−1 <-> N: jnp.std's ddof=0 or ddof=1)",
+            ),
+        ),
         signatures=(Signature("values", _std_ratio),),
     ),
     Diagnosis(
