@@ -129,7 +129,9 @@ def markdown(rows: list[dict], result: dict, source: str) -> str:
     ]
     for r in rows:
         first = r.get("first_parting", "").removeprefix("float64: first parting at ").split(":")[0]
-        lines.append(f"| {r['case']} | {r['kind']} | {r['exit']} | {r['outcome']} | {', '.join(r['named'])} | {first} |")
+        lines.append(
+            f"| {r['case']} | {r['kind']} | {r['exit']} | {r['outcome']} | {', '.join(r['named'])} | {first} |"
+        )
     notes = [f"- `{case}`: {why}" for case, why in REASONS.items() if any(r["case"] == case for r in rows)]
     if notes:
         lines += ["", "Not named, or named beside the bug, and why:", "", *notes]
