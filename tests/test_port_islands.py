@@ -109,7 +109,7 @@ def test_float32_steps_that_differ_only_where_the_float64_gradient_is_rounding_a
     grads = {"attn/bias": np.array([3e-2, -1e-17, 2e-18, 4e-2]), "head/kernel": np.array([[0.0, 1e-3]])}
     noise = noise_entries(grads)
     assert list(noise) == ["attn/bias"]  # an exact zero is not noise: float32 keeps it zero and Adam leaves it
-    np.testing.assert_array_equal(noise["attn/bias"], [False, True, True, False])
+    np.testing.assert_array_equal(noise["attn/bias"], [False, True, True, False])  # a mask of one fixed input: exact
     weights = {"attn/bias": np.zeros(4, np.float32), "head/kernel": np.zeros((1, 2), np.float32)}
     p = Pass("float32", expected=weights, actual=weights)
     t = {"loss": np.float32(1.0), "values": {"attn/bias": np.array([0.1, 0.01, -0.01, 0.2], np.float32)}}

@@ -10,7 +10,6 @@ checker to reach on a laptop-sized machine (≤ 5 min, ≤ 16 GB on 2 cores).
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -19,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ..backends import backend
-from ..check import check_port, ports
+from ..check import budget, check_port, ports
 from ..common import UsageError
 
 __all__ = ["parse", "measure"]
@@ -51,8 +50,7 @@ def measure(name: str, size: str, steps: int = 5, progress: Callable[[str], None
     Raises PortInputError (bad size, a check that cannot fit: refused with its estimate).
     """
     args = ports.case(name, "correct", size)
-    units = backend("torch").port.structure(args["torch_model"])["units"]
-    params = sum(math.prod(f["shape"]) for u in units for f in u["leaves"].values() if "tied_to" not in f)
+    params = budget.parameters(backend("torch").port.structure(args["torch_model"]))
     base = _rss()
     peak = [base or 0]
     done = threading.Event()

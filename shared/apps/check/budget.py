@@ -22,11 +22,17 @@ from pathlib import Path
 
 from .match import PortInputError
 
-__all__ = ["estimate", "available", "release", "require", "room"]
+__all__ = ["parameters", "estimate", "available", "release", "require", "room"]
 
 _ITEMSIZE = {"float64": 8, "float32": 4}
 _MARGIN = 1.1  # the estimate's spread across models (activations, a library's float32 islands)
 _FIXED = 1 << 29  # 0.5 GB: the compiled programs and the recorded forward of a small batch
+
+
+def parameters(torch_structure: dict) -> int:
+    """The torch model's parameter count from its structure (port.structure): a tied tensor counted once."""
+    units = torch_structure["units"]
+    return sum(math.prod(f["shape"]) for u in units for f in u["leaves"].values() if "tied_to" not in f)
 
 
 def estimate(n_params: int, steps: int, dtypes: tuple[str, ...]) -> int:

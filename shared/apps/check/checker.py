@@ -96,6 +96,7 @@ class _Checker(Passes):
         self.progress = progress or (lambda msg: None)
         self.wrt = jax_optimizer[1] if _pair(jax_optimizer) else None
         self.dtypes: tuple[str, ...] = ("float64", "float32")  # check_port sets the passes it runs
+        self.noise: dict = {}  # the float64 pass's gradient entries float32 cannot resolve (compare.noise_entries)
         self.report = PortReport(settings={"steps": self.k, "transfer": self.transfer, "mapping": dict(mapping or {})})
         if steps and not self.k:
             self.report.notes.append("no optimizers or steps given: the K optimizer steps were skipped")

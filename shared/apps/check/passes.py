@@ -11,7 +11,6 @@ checked in 13 GB. The float64 arrays of a difference are kept for the diagnosis 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
@@ -62,10 +61,15 @@ class Passes:
     def _native(self, jm, pl: Plan, canonical: dict, grad: bool = False) -> tuple[dict, dict, dict]:
         return self._impl(self.J.to_native, jm, pl.to_jax(canonical), grad=grad)
 
+    def _copies(self, dtype: str) -> tuple:
+        """Copies of both of the user's models in `dtype` (theirs are never touched)."""
+        return self._impl(self.T.copy_model, self.models[0], dtype), self._impl(
+            self.J.copy_model, self.models[1], dtype
+        )
+
     def _start(self, dtype: str) -> tuple:
         """Copies of both models in `dtype`, the NNX one holding torch's weights (transfer) or its own."""
-        tm = self._impl(self.T.copy_model, self.models[0], dtype)
-        jm = self._impl(self.J.copy_model, self.models[1], dtype)
+        tm, jm = self._copies(dtype)
         if self.transfer:
             self._impl(self.J.load, jm, self.plan.to_jax(self.T.read(tm)), strict=False)
         return tm, jm
@@ -75,12 +79,11 @@ class Passes:
         both sides yield it, so one step of each side is alive, not K (rows appended to `rows`). In
         float64 the arrays of a difference are kept for the diagnosis, and the steps from the first one on."""
         T, J = self.T, self.J
-        tm, jm = (self._impl(T.copy_model, self.models[0], dtype), self._impl(J.copy_model, self.models[1], dtype))
+        tm, jm = self._copies(dtype)
         p = Pass(dtype)
         tstruct, jstruct = self._impl(T.structure, tm), J.structure(jm)
         if dtype == "float64":  # before the big allocations: refused up front, never killed mid-check
-            n = sum(math.prod(f["shape"]) for u in tstruct["units"] for f in u["leaves"].values() if "tied_to" not in f)
-            budget.require(n, self.k, self.dtypes)
+            budget.require(budget.parameters(tstruct), self.k, self.dtypes)
         pl = plan(tstruct, jstruct, self.mapping)
         self.plan, self.structures = pl, (tstruct, jstruct)
         weights = T.read(tm)
@@ -105,7 +108,7 @@ class Passes:
         wide = dtype == "float64"
         untied = {key for group in pl.untied for key, _ in group}
         keep = lambda r: wide and (not r.ok or (r.section == "grads" and r.key in untied))  # noqa: E731
-        judge = Judge(p, pl, self.transfer, keep, noise=None if wide else getattr(self, "noise", None))
+        judge = Judge(p, pl, self.transfer, keep, noise=None if wide else self.noise)
         # the pass's own models are the start: each side trains its copy in place (a replay makes new ones)
         torch_steps, p.torch = self._torch_side(tm, jm, pl, batch, dtype)
         loss = np.asarray(p.torch["loss"])
