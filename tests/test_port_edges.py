@@ -142,3 +142,46 @@ def test_the_checker_runs_clean_with_warnings_as_errors() -> None:
         warnings.simplefilter("error")
         report = check_port(model_t, model_j, batch, steps=1, **kwargs)
     assert report.ok, report.named()
+
+
+class _TorchBN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+class BatchNorm(nnx.Module):
+    """The user's own BatchNorm (named like nnx's, no momentum attribute), inference only: batch statistics
+    in eval mode, the bug of blind case round2/06."""
+
+    def __init__(self) -> None:
+        self.scale, self.bias = nnx.Param(jnp.ones(3)), nnx.Param(jnp.zeros(3))
+        self.mean, self.var = nnx.BatchStat(jnp.zeros(3)), nnx.BatchStat(jnp.ones(3))
+
+    def __call__(self, x):
+        return (x - x.mean(0)) / jnp.sqrt(x.var(0) + 1e-5) * self.scale[...] + self.bias[...]
+
+
+class _JaxBN(nnx.Module):
+    def __init__(self) -> None:
+        self.bn = BatchNorm()
+
+    def __call__(self, x):
+        return self.bn(x)
+
+
+def test_a_batchnorm_of_the_users_own_is_judged_not_an_internal_error() -> None:
+    """A class of the user's named BatchNorm has no nnx momentum: the momentum signature says nothing (it raised
+    KeyError: 'momentum', exit 3) and the difference is reported as one."""
+    tm = _TorchBN().double().eval()
+    with torch.no_grad():
+        tm.bn.running_mean.fill_(0.3)
+        tm.bn.running_var.fill_(2.0)
+    batch = {"x": np.random.default_rng(0).normal(size=(4, 3))}
+    report = check_port(tm, _JaxBN(), batch, torch_loss=lambda m, b: m(b["x"]).pow(2).mean(),
+                        jax_loss=lambda m, b: (m(b["x"]) ** 2).mean(), steps=0)  # fmt: skip
+    assert not report.ok and report.first_parting("float64").key == "bn", report.table()
+    assert report.named() == ["unexplained"], report.named()  # no momentum to compare: no P06 momentum hint

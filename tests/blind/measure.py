@@ -27,7 +27,23 @@ KINDS = {
     "batchnorm_momentum": "P06", "batchnorm_biased_var": "P06", "gru_bias": "P08", "lstm_layout": "P09",
     "lstm_gate_order": "P09", "lstm_bias_folded": "P09", "layernorm_eps": "P05", "rmsnorm_eps": "P05",
     "mask_polarity": "P12", "stop_gradient": "basics", "untied_lm_head": "tied_weights",
+    "untied_head": "tied_weights", "bn_batch_stats": "P06",
 }  # fmt: skip
+
+
+def located(row: dict) -> bool | None:
+    """Whether the float64 first parting lies where the bug is: in the torch submodule WHERE names (round 2
+    names a dotted path), at a step for an optimizer bug; None where WHERE is not a place (round 1's
+    "module", a correct port's "none")."""
+    where, first = row["where"], row.get("first_parting", "")
+    if where == "optimizer":
+        return " at steps " in first
+    if where == "loss":
+        return " at loss " in first
+    if where in ("module", "loader", "none", "") or row["kind"] == "correct":
+        return None
+    torch = first.split("(torch ", 1)[1].split(")", 1)[0] if "(torch " in first else ""
+    return any(name == where or name.startswith(where + ".") for name in torch.split(" + "))
 
 
 # why a case is not named (or names something else), as far as it is understood; kept with the measurement
@@ -43,6 +59,11 @@ REASONS = {
     "the port where a row has no padding",
     "38_bert_token_type_dropped.py": "no catalogue id: the flow line says exactly what happened (the port never "
     "reaches token_type_embeddings: torch flows, JAX zero), filed under the `basics` lesson of a missing path",
+    "06_cnn_bn_batch_stats.py": "P06 (round 2): the port's own BatchNorm class normalises with the batch's "
+    "statistics in eval mode; the BatchNorm replays change torch's running-statistics update, not which "
+    "statistics an eval forward uses (it once raised KeyError 'momentum' on this class: fixed)",
+    "08_gru_bhn_outside.py": "P08 (round 2): b_hn added outside the reset gate in a hand-written cell; the P08 "
+    "evidence is a dropped b_hn in nnx.GRUCell, and no replay moves b_hn in torch's GRU",
     "15_cnn_flatten_order.py": "named P07 (confirmed by its replay); the P06 hint beside it is the BatchNorm "
     "running statistics downstream of the wrong head, a second name that is not the bug",
 }
@@ -73,6 +94,7 @@ def measure(folder: Path, only: list[str]) -> list[dict]:
         row["outcome"] = outcome(row)
         first = [line for line in proc.stdout.splitlines() if line.startswith("float64: first parting")]
         row["first_parting"] = first[0][:200] if first else ""
+        row["located"] = located(row)
         print(f"{name:40} {row['kind']:22} exit {row['exit']} {row['outcome']:12} {','.join(names)} {row['error'][:120]}",
               flush=True)  # fmt: skip
         out.append(row)
@@ -103,16 +125,17 @@ def summary(rows: list[dict]) -> dict:
         "detected": sum(r["outcome"] in ("named", "detected", "misleading") for r in buggy),
         "catalogue_kinds": len(known), "named": count(known, "named"),
         "misleading": count(buggy, "misleading"), "missed": count(buggy, "missed"),
+        "placed": sum(r.get("located") is not None for r in buggy), "located": sum(r.get("located") is True for r in buggy),
     }  # fmt: skip
 
 
-def markdown(rows: list[dict], result: dict, source: str) -> str:
+def markdown(rows: list[dict], result: dict, source: str, folder: str = "round1") -> str:
     """The run as a page: the rates, then one line per case (kind, outcome, what was named, the first parting)."""
     sm = result["summary"]
     lines = [
-        "# Blind cases: the checker on ports it was not tuned on",
+        f"# Blind cases, {folder}: the checker on ports it was not tuned on",
         "",
-        f"Round 1 (`tests/blind/round1`): {len(rows)} ports written from the README and the pitfall pages alone by a "
+        f"`tests/blind/{folder}`: {len(rows)} ports written from the README and the pitfall pages alone by a "
         "writer who had not read the checker (BRIEF.md beside them), each proven in float64 by the writer's own "
         f"loader (KEY.json). Measured by `python tests/blind/measure.py --json {source}`; "
         "`pytest -m slow tests/test_port_blind.py` holds these rates as floors.",
@@ -123,6 +146,8 @@ def markdown(rows: list[dict], result: dict, source: str) -> str:
         f"{sum(r['outcome'] == 'refused' for r in rows if r['kind'] != 'correct')} refused",
         f"- named: {sm['named']} of the {sm['catalogue_kinds']} whose kind the catalogue knows; "
         f"{sm['misleading']} hint(s) naming something else (a kind without a catalogue id counts any name as misleading)",
+        f"- located: {sm['located']} of the {sm['placed']} buggy ports whose WHERE names a place (a torch submodule, "
+        "the loss or the optimizer): the float64 first parting lies there",
         "",
         "| case | kind | exit | outcome | named | first parting (float64) |",
         "|---|---|---|---|---|---|",
@@ -152,7 +177,7 @@ def main() -> int:
     if args.rescore:
         rows = json.loads(Path(args.rescore).read_text())["cases"]
         for row in rows:
-            row["outcome"] = outcome(row)
+            row["outcome"], row["located"] = outcome(row), located(row)
     else:
         rows = measure(Path(args.folder), args.only)
     result = {"summary": summary(rows), "cases": rows}
@@ -160,7 +185,8 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
     if args.markdown:
-        Path(args.markdown).write_text(markdown(rows, result, args.rescore or args.json or "OUT.json"))
+        source = args.rescore or args.json or "OUT.json"
+        Path(args.markdown).write_text(markdown(rows, result, source, Path(args.folder).name))
     return 0
 
 

@@ -56,6 +56,8 @@ def _bn_momentum(tm: dict, jm: dict) -> str | None:
     tc, jc = tm["config"], jm["config"]
     if tm["type"] not in BATCH_NORMS or jm["type"] != "BatchNorm" or not isinstance(tc.get("momentum"), float):
         return None
+    if not isinstance(jc.get("momentum"), float):  # a BatchNorm of the user's own (no nnx momentum to compare)
+        return None
     if np.isclose(jc["momentum"], 1 - tc["momentum"]):
         return None
     return (
