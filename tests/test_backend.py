@@ -18,7 +18,13 @@ from detach_parity.shared.core.registry import SCENARIOS
 from detach_parity.shared.core.runner import FRAMEWORKS, lesson
 
 ROOT = Path(__file__).resolve().parents[1]
-MEMBERS = {"port": surface.Port, "port_run": surface.PortRun, "bench": surface.Bench, "claims": surface.Claims}
+MEMBERS = {
+    "port": surface.Port,
+    "port_run": surface.PortRun,
+    "bench": surface.Bench,
+    "claims": surface.Claims,
+    "profile": surface.Profile,
+}
 
 
 def _methods(protocol: type) -> list[str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from detach_parity.shared.apps import cli, run_workers
+import pytest
+from detach_parity.shared.apps import cli, run_profile, run_workers
 from detach_parity.shared.core import runner
 
 TIMING = {"seconds"}
@@ -45,11 +46,21 @@ def test_two_processes_give_the_file_of_one(tmp_path) -> None:
             "--jobs",
             str(jobs),
         ]
-        assert cli.main([*argv, "--json", str(path)]) == 0
+        assert cli.main([*argv, "--json", str(path), *(["--profile"] if jobs == 2 else [])]) == 0
     one, two = (json.loads(p.read_text()) for p in paths.values())
     names = [r["scenario"] for r in two["results"]]
     assert set(names) == {"basics", "p01_std_convention"} and names == sorted(names)  # registry order, not finish order
+    profile = two.pop("profile")  # --profile adds where the time went, and changes nothing else
     assert strip_timing(one) == strip_timing(two) and len(two["results"]) == len(one["results"]) > 1
+    assert "profile" not in one
+    # the workers counted their own: fresh processes import the lessons and trace every jitted function once
+    assert profile["cases"] == len(two["results"]) and set(profile["stages_s"]) == set(run_profile.STAGES)
+    assert all(profile["stages_s"][s] > 0 for s in ("imports", "fixtures", "torch", "jax", "oracle", "comparison"))
+    counts, split = profile["jax_counts"], profile["jax_split_s"]
+    assert counts["jax_traces"] >= len(profile["most_traced"]) > 0 and counts["jax_compiles"] > 0
+    assert counts["jax_traces"] == sum(profile["most_traced"].values()) or len(profile["most_traced"]) == 10
+    assert split["jax: tracing"] > 0 and split["jax: XLA compile"] > 0
+    assert sum(split.values()) == pytest.approx(profile["stages_s"]["jax"], abs=0.01)  # the split adds up
 
 
 def test_two_jobs_run_the_data_parallel_family_in_the_parent_after_the_workers(monkeypatch) -> None:
@@ -58,7 +69,7 @@ def test_two_jobs_run_the_data_parallel_family_in_the_parent_after_the_workers(m
     cases = list(runner.iter_cases(["dp_no_sync", "basics"], dtypes=("float64",)))
     parent = []
 
-    def in_parent(name, variant, dtype, seed, case):
+    def in_parent(name, variant, dtype, seed, case, counters=None):
         parent.append(name)
         return (name, variant, case, dtype)
 

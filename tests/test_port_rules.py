@@ -24,7 +24,21 @@ from torch import nn
 
 E, H = 6, 10
 BATCH = {"x": np.random.default_rng(0).normal(size=(3, E)), "y": np.random.default_rng(1).normal(size=(3, E))}
-conv1d = pytest.importorskip("transformers.pytorch_utils").Conv1D
+
+
+def conv1d(nf: int, nx: int) -> nn.Module:
+    """transformers' Conv1D (a pinned test dependency), imported when a test builds one: collecting this file
+    on every pytest worker would otherwise import transformers there (seconds each)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return Conv1D(nf, nx)
+
+
+def hf_activation(name: str) -> nn.Module:
+    """An activation module of transformers.activations, by class name (imported on use, as conv1d)."""
+    from transformers import activations
+
+    return getattr(activations, name)()
 
 
 def torch_loss(model, batch):
@@ -119,8 +133,6 @@ def test_conv1d_read_as_out_in_is_caught_at_its_output() -> None:
 
 # --- activation modules read for their variant: GELU either way round -----------------------------------------
 
-activations = pytest.importorskip("transformers.activations")
-
 
 class GeluMLP(nn.Module):
     def __init__(self, act: nn.Module) -> None:
@@ -154,13 +166,13 @@ class PortGelu(nnx.Module):
     ],
 )
 def test_activation_modules_are_read_for_their_variant(act, variant) -> None:
-    act = getattr(activations, act)() if isinstance(act, str) else act
+    act = hf_activation(act) if isinstance(act, str) else act
     modules = {m["path"]: m for m in backend("torch").port.structure(GeluMLP(act))["modules"]}
     assert modules["act"]["config"].get("kind") == variant
 
 
 def test_tanh_gelu_of_hf_ported_as_exact_is_named_the_other_way_round() -> None:
-    torch_model = GeluMLP(activations.NewGELUActivation())  # GPT-2's gelu_new: the tanh formula, in Python
+    torch_model = GeluMLP(hf_activation("NewGELUActivation"))  # GPT-2's gelu_new: the tanh formula, in Python
     assert _check(torch_model, PortGelu(approximate=True)).ok  # the correct port: jax.nn.gelu's default
     report = _check(torch_model, PortGelu(approximate=False))
     hint = [h for h in report.hints if h.pitfall == "P04"]
@@ -171,7 +183,7 @@ def test_tanh_gelu_of_hf_ported_as_exact_is_named_the_other_way_round() -> None:
 
 def test_exact_gelu_bound_at_init_ported_as_tanh_is_confirmed() -> None:
     # HF's GELUActivation keeps F.gelu as it was at init: the knob reaches it through the module, by its variant
-    torch_model = GeluMLP(activations.GELUActivation())
+    torch_model = GeluMLP(hf_activation("GELUActivation"))
     assert _check(torch_model, PortGelu(approximate=False)).ok
     hint = [h for h in _check(torch_model, PortGelu(approximate=True)).hints if h.pitfall == "P04"]
     assert hint and hint[0].confirmed and "tanh approximation" in hint[0].title, hint

@@ -6,13 +6,14 @@
     ports      the worked ports of the checker (correct and buggy), by name
     bench      what `detach-parity bench` times
     claims     the tutorial claims' checks, one module per theme
+    profile    what `detach-parity run --profile` counts (JAX: traces, lowerings, compiles)
 
 Mirrored in torch_impl/backend/: the same modules and functions in the same order. The lessons
 (the modules above this package) never import it; only shared.apps.backends does.
 """
 
-from . import bench, claims, port, port_run
+from . import bench, claims, port, port_run, profile
 
-__all__ = ["FRAMEWORK", "port", "port_run", "bench", "claims"]
+__all__ = ["FRAMEWORK", "port", "port_run", "bench", "claims", "profile"]
 
 FRAMEWORK = "jax"

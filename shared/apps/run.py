@@ -1,7 +1,7 @@
 """`detach-parity run` and `detach-parity list`: the parity suite and the registered scenarios.
 
     detach-parity run [SCENARIO ...] [--variant V] [--family F] [--dtype float32|float64|all]
-                      [--seed N] [--jobs N] [--json PATH]
+                      [--seed N] [--jobs N] [--json PATH] [--profile]
     detach-parity list [--family F]
 
 Exit status of run: 0 every case passed, 1 any mismatch or error, 2 bad arguments (the
@@ -10,7 +10,8 @@ there is left as it was), 130 interrupted (no JSON written). The JSON is written
 the table, so a closed stdout (`| head -1`) cannot lose it. `--jobs N` runs the scenarios in N
 fresh processes (shared.apps.run_workers), one scenario at a time each, and then the data_parallel
 family in this process (its ranks need the CPUs); the results and the JSON are the same as with one
-job, and a worker that dies fails only the case it was running.
+job, and a worker that dies fails only the case it was running. `--profile` adds where the time went
+(shared.apps.run_profile): seconds per stage, JAX's traces, lowerings and compiles; in the JSON too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rich.table import Table
 from ..core import registry
 from ..core.runner import iter_cases, run_case
 from ..core.schema import FLOAT_DTYPES
+from . import run_profile
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -124,20 +126,29 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         disable=args.quiet or not console.is_terminal,  # a bar in a log or a pipe is noise
     ) as progress:
         task = progress.add_task("parity", total=len(cases))
+        counters = run_profile.counters() if args.profile else None
         if args.jobs == 1:
             results = []
             for spec, variant, case, dtype in cases:
                 progress.update(task, description=f"{spec.name}[{variant}] {case} {dtype}")
-                results.append(run_case(spec, variant, dtype, seed=args.seed, case=case))
+                results.append(run_case(spec, variant, dtype, seed=args.seed, case=case, counters=counters))
                 check_interrupted()  # run_case reports errors as results; an interrupt must stop the run
                 progress.advance(task)
         else:
-            results = run_in_processes(cases, args.seed, args.jobs, lambda n: progress.advance(task, n))
+            results = run_in_processes(
+                cases, args.seed, args.jobs, lambda n: progress.advance(task, n), counters=counters
+            )
         elapsed = time.perf_counter() - start
         failed = [r for r in results if not r.ok]
-        written = _write_results(args, results, failed, elapsed)  # before any output: a closed stdout cannot lose it
+        profile = run_profile.summary(results, elapsed) if args.profile else None
+        # before any output: a closed stdout cannot lose it
+        written = _write_results(args, results, failed, elapsed, profile)
 
     console.print(results_table(results))
+    if profile:
+        console.print(run_profile.table(profile))
+        for line in run_profile.lines(profile):
+            console.print(escape(line))
     for r in failed:
         for problem in r.problems():
             console.print(failure_line(problem))
@@ -152,7 +163,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _write_results(args: argparse.Namespace, results: list, failed: list, elapsed: float) -> bool:
+def _write_results(args: argparse.Namespace, results: list, failed: list, elapsed: float, profile=None) -> bool:
     """Write --json (atomically); False, with a message on stderr, when it could not be written."""
     if not args.json:
         return True
@@ -163,6 +174,8 @@ def _write_results(args: argparse.Namespace, results: list, failed: list, elapse
         "results": [r.to_json() for r in results],
         "seconds": round(elapsed, 3),
     }
+    if profile:
+        payload["profile"] = profile
     try:
         write_json(Path(args.json), payload)
     except OSError as exc:
@@ -201,6 +214,9 @@ def add_run(sub) -> None:
     )
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the results as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--profile", action="store_true", help="also show where the time went: stages, JAX traces and compiles"
+    )
     p.set_defaults(func=cmd_run)
 
 

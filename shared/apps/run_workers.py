@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 from ..core import children
 from ..core.runner import CaseResult, run_case
+from . import run_profile
 from .interrupts import check_interrupted
 
 __all__ = ["run_in_processes", "main"]
@@ -32,14 +33,17 @@ __all__ = ["run_in_processes", "main"]
 Item = tuple[int, str, str, str, str]  # (index in the run, scenario, variant, case, dtype)
 
 
-def run_in_processes(cases: list, seed: int, jobs: int, advance: Callable[[int], object]) -> list:
+def run_in_processes(
+    cases: list, seed: int, jobs: int, advance: Callable[[int], object], counters: Callable | None = None
+) -> list:
     """run_case for every case: scenarios in `jobs` worker processes, results in the order of `cases`.
 
     One scenario at a time per worker, the largest first so that the workers finish together. Fresh
     interpreters, never forks: the parent may hold JAX's and torch's threads. The data_parallel family
     runs here afterwards, alone: its ranks are processes of their own whose collectives poll, and beside
     two workers on two cores they starve (measured: the whole run 147 s with the family in a worker,
-    against 87 s in one process). Ctrl-C ends the workers and raises KeyboardInterrupt here.
+    against 87 s in one process). Ctrl-C ends the workers and raises KeyboardInterrupt here. With
+    `counters` (run --profile: this process's), every worker counts its own and the parent uses these.
     """
     groups: dict[str, list[Item]] = {}
     alone: list[Item] = []
@@ -47,9 +51,11 @@ def run_in_processes(cases: list, seed: int, jobs: int, advance: Callable[[int],
         item = (i, spec.name, variant, case, dtype)
         (alone if spec.family == "data_parallel" else groups.setdefault(spec.name, [])).append(item)
     results: list = [None] * len(cases)
-    left = _Workers(seed, jobs, results, advance).run(deque(sorted(groups.values(), key=len, reverse=True)))
+    left = _Workers(seed, jobs, results, advance, profile=counters is not None).run(
+        deque(sorted(groups.values(), key=len, reverse=True))
+    )
     for i, name, variant, case, dtype in [*left, *alone]:
-        results[i] = run_case(name, variant, dtype, seed=seed, case=case)
+        results[i] = run_case(name, variant, dtype, seed=seed, case=case, counters=counters)
         check_interrupted()
         advance(1)
     return results
@@ -58,8 +64,10 @@ def run_in_processes(cases: list, seed: int, jobs: int, advance: Callable[[int],
 class _Workers:
     """The workers of one run and what each was handed (its pending items, in the order it runs them)."""
 
-    def __init__(self, seed: int, jobs: int, results: list, advance: Callable[[int], object]) -> None:
-        self.seed, self.jobs, self.results, self.advance = seed, jobs, results, advance
+    def __init__(
+        self, seed: int, jobs: int, results: list, advance: Callable[[int], object], profile: bool = False
+    ) -> None:
+        self.seed, self.jobs, self.results, self.advance, self.profile = seed, jobs, results, advance, profile
         self.fresh = jobs  # workers that may still be started to replace lost ones
         self.pending: dict[children.Child, deque[Item]] = {}
 
@@ -94,6 +102,7 @@ class _Workers:
     def _hand(self, worker: children.Child, group: list[Item]) -> None:
         for i, name, variant, case, dtype in group:
             task = {"index": i, "scenario": name, "variant": variant, "case": case, "dtype": dtype, "seed": self.seed}
+            task["profile"] = self.profile
             worker.send(json.dumps(task).encode())  # a worker that died: its exit is seen by _collect
             self.pending[worker].append((i, name, variant, case, dtype))
 
@@ -130,12 +139,15 @@ def main() -> int:
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args()
     children.follow_parent(args.parent)
+    counters = None
     with children.answer_channel() as answers:
         for line in sys.stdin:
             task = json.loads(line)
             name, variant, case, dtype, seed = (task[k] for k in ("scenario", "variant", "case", "dtype", "seed"))
+            if task.get("profile") and counters is None:
+                counters = run_profile.counters()
             try:
-                result = run_case(name, variant, dtype, seed=seed, case=case)
+                result = run_case(name, variant, dtype, seed=seed, case=case, counters=counters)
             except Exception:  # run_case reports an implementation's error itself; this is anything else
                 result = CaseResult(
                     name,

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Lesson", "Port", "PortRun", "Bench", "Claims", "Backend"]
+__all__ = ["Lesson", "Port", "PortRun", "Bench", "Claims", "Profile", "Backend"]
 
 Arrays = dict[str, np.ndarray]
 Canonical = Mapping[str, Mapping[str, np.ndarray]]  # {unit path: {canonical leaf: array}}
@@ -110,6 +110,15 @@ class Claims(Protocol):
 
 
 @runtime_checkable
+class Profile(Protocol):
+    """What `detach-parity run --profile` counts: `listen()` starts (once per process, never on import),
+    `counters()` gives cumulative totals (JAX: traces, lowerings, compiles and their seconds)."""
+
+    def listen(self) -> None: ...
+    def counters(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
 class Backend(Protocol):
     """A framework's tools: `torch_impl/backend/` or `jax_impl/backend/` (the package itself)."""
 
@@ -118,3 +127,4 @@ class Backend(Protocol):
     port_run: PortRun
     bench: Bench
     claims: Claims
+    profile: Profile

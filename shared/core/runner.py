@@ -18,7 +18,8 @@ from __future__ import annotations
 import fnmatch
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -83,9 +84,32 @@ def _split(out: dict[str, np.ndarray], globs: tuple[str, ...]) -> tuple[dict, di
     return hit, {k: v for k, v in out.items() if k not in hit}
 
 
-def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case: str | None = None) -> CaseResult:
+@contextmanager
+def _stage(stages: dict[str, float], name: str, counters: Callable[[], Mapping[str, float]] | None = None):
+    """Add the seconds of the block to stages[name]; with `counters`, also the change of each counter."""
+    before = dict(counters()) if counters else {}
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        stages[name] = stages.get(name, 0.0) + time.perf_counter() - start
+        for key, value in (counters() if counters else {}).items():
+            stages[key] = stages.get(key, 0.0) + value - before.get(key, 0.0)
+
+
+def run_case(
+    spec: Scenario | str,
+    variant: str,
+    dtype: str,
+    seed: int = 0,
+    case: str | None = None,
+    counters: Callable[[], Mapping[str, float]] | None = None,
+) -> CaseResult:
     """Run torch, JAX and the oracle on one fixture and check parity, oracle, dtypes and lesson.
 
+    `res.stages` holds the seconds of each stage: imports (a lesson's first load), fixtures, torch, jax,
+    oracle, naive_oracle, comparison. `counters` (for `run --profile`: the JAX backend's cumulative
+    counters, e.g. traces and compile seconds) adds each counter's change over the jax stage.
     Exceptions raised by an implementation are caught and reported as verdict ERROR.
     """
     spec = registry.get(spec)
@@ -94,16 +118,25 @@ def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case
     res = CaseResult(spec.name, variant, case, dtype, seed, diverges=tuple(spec.diverges.get(variant, ())))
     label = res.label
     start = time.perf_counter()
+    stages = res.stages
     try:
-        fx = fixtures.make(spec, dtype, seed=seed, case=case)
-        out_t = lesson("torch", spec.name).run(fx, variant)
-        out_j = lesson("jax", spec.name).run(fx, variant)
-        out_o = oracle_outputs(spec, fx, variant)
-        out_n = naive_outputs(spec, fx, variant) if res.diverges else {}
+        with _stage(stages, "imports"):  # the first case of a scenario imports its lessons (and the frameworks)
+            torch_side, jax_side = lesson("torch", spec.name), lesson("jax", spec.name)
+        with _stage(stages, "fixtures"):
+            fx = fixtures.make(spec, dtype, seed=seed, case=case)
+        with _stage(stages, "torch"):
+            out_t = torch_side.run(fx, variant)
+        with _stage(stages, "jax", counters):
+            out_j = jax_side.run(fx, variant)
+        with _stage(stages, "oracle"):
+            out_o = oracle_outputs(spec, fx, variant)
+        with _stage(stages, "naive_oracle"):
+            out_n = naive_outputs(spec, fx, variant) if res.diverges else {}
     except Exception as exc:  # reported, never swallowed: the case fails
         res.error = f"{label} {dtype}: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-3)}"
         res.seconds = time.perf_counter() - start
         return res
+    judged = time.perf_counter()
     res.outputs = {"torch": out_t, "jax": out_j, "oracle": out_o}
     if res.diverges:
         res.outputs["naive_oracle"] = out_n
@@ -161,6 +194,7 @@ def run_case(spec: Scenario | str, variant: str, dtype: str, seed: int = 0, case
         for key, arr in out.items():
             if arr.dtype.kind in "fc" and arr.dtype != np.dtype(dtype):
                 res.dtype_problems.append(f"{label} {name}[{key!r}]: expected dtype {dtype}, got {arr.dtype}")
+    stages["comparison"] = time.perf_counter() - judged
     res.seconds = time.perf_counter() - start
     return res
 

@@ -44,6 +44,9 @@ class CaseResult:
     dtype_problems: list[str] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    # seconds per stage (imports, fixtures, torch, jax, oracle, naive_oracle, comparison) and, where the
+    # run was profiled, the deltas of the JAX backend's counters over the jax stage (`run --profile`)
+    stages: dict[str, float] = field(default_factory=dict, repr=False)
     outputs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
 
     @property
