@@ -150,6 +150,13 @@ class Passes:
                     side: {k for k, v in st["values"].items() if not np.array_equal(v, start.get(k))}
                     for side, st, start in (("torch", ts, p.expected), ("jax", js, p.actual))
                 }
+                if not (p.moved["torch"] | p.moved["jax"]) & set(p.flow):  # no weight with a gradient moved
+                    self.report.unmoved = self.k
+                    self.report.notes.append(
+                        f"steps: none of the {self.k} steps moved a trainable weight on either side (gradient "
+                        "accumulation over more micro-batches than steps, a zero learning rate): equal steps that "
+                        "changed nothing say nothing about the update; compare more steps (--steps)"
+                    )
             del ts, js
             budget.release()
         rows += judge.rows

@@ -81,6 +81,9 @@ class PortReport:
     dropped: list[str] = field(default_factory=list)
     settings: dict = field(default_factory=dict)
     seconds: dict = field(default_factory=dict)
+    # K where K steps were compared and none moved a trainable weight on either side (gradient accumulation
+    # longer than K, a zero learning rate): equal steps that changed nothing are no evidence about the update
+    unmoved: int = 0
 
     @property
     def ok(self) -> bool:
@@ -123,6 +126,7 @@ class PortReport:
                         "used": max(_num(r.used) for r in rows),
                         "worst": worst.key if worst.step is None else f"step {worst.step}: {worst.key}",
                         "ok": all(r.ok for r in rows),
+                        "unchecked": section == "steps" and bool(self.unmoved),
                     }
                 )
         return out
@@ -144,7 +148,9 @@ class PortReport:
         ):
             table.add_column(col, justify="right" if col in ("compared", "failed") else "left")
         for s in self.summary():
-            verdict = "[green]match[/]" if s["ok"] else "[red]DIFFERS[/]"
+            verdict = (
+                "[red]DIFFERS[/]" if not s["ok"] else "[yellow]no update[/]" if s["unchecked"] else "[green]match[/]"
+            )
             table.add_row(
                 s["dtype"], s["section"], str(s["compared"]), str(s["failed"]),
                 f"{s['max_abs']:.2e}", f"{s['used']:.2g}", s["worst"], verdict,
@@ -157,9 +163,12 @@ class PortReport:
         return [r for r in self.rows if r.ok and r.explained]
 
     def verdict(self) -> str:
-        """ "match", "match, explained" (differences the reference's own float32 computing explains) or "differs"."""
+        """ "match", "match, explained" (differences the reference's own float32 computing explains), "match,
+        steps unchecked" (the K steps moved no trainable weight: the update was not seen) or "differs"."""
         if not self.ok:
             return "differs"
+        if self.unmoved:
+            return "match, steps unchecked"
         return "match, explained" if self.explained else "match"
 
     def lines(self) -> list[str]:
@@ -183,9 +192,12 @@ class PortReport:
                 f"explained: {why}; {len(rows)} quantities {judged} "
                 f"(the largest difference {worst.max_rel:.1e} relative, at {worst.where})"
             )
-        verdict = {"match": "the port matches", "differs": "the port DIFFERS"}.get(
-            self.verdict(), "the port matches, with a difference the reference's own float32 computing explains"
-        )
+        verdict = {
+            "match": "the port matches",
+            "differs": "the port DIFFERS",
+            "match, steps unchecked": f"the port matches up to the steps; its {self.unmoved} steps moved no "
+            "trainable weight on either side, so the update is unchecked (--steps past the accumulation)",
+        }.get(self.verdict(), "the port matches, with a difference the reference's own float32 computing explains")
         out.append("verdict: " + verdict)
         return out
 
