@@ -1,5 +1,6 @@
 """A verdict only on evidence that can show the difference (issue 26, item 5): steps that moved nothing are
-not called a match."""
+not called a match; a leaf whose true gradient is zero is judged as such, not by the rounding Adam scales to lr;
+the float64 floor scales with the quantity."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import numpy as np
 import optax
 import torch
 from detach_parity import check_port
+from detach_parity.shared.apps.check.compare import DRIFT, NOISE64
+from detach_parity.shared.apps.check.ports import case
 from flax import nnx
 from torch import nn
 
@@ -78,3 +81,41 @@ def test_steps_that_moved_no_weight_are_not_called_a_match() -> None:
     assert _check(True, steps=EVERY).verdict() == "match"
     summed = _check(False, steps=EVERY)
     assert summed.verdict() == "differs" and summed.first_parting().step == EVERY, summed.table()
+
+
+def test_the_float64_floor_scales_with_the_quantity() -> None:
+    """Outputs of about 1e-7, a squared loss of about 1e-14: the fixed floor (atol 1e-12) passed a port that sums
+    the squared errors where torch averages them (8 of them: 8 times the loss and every gradient). The floor at
+    the quantity's scale catches it at the loss, and the averaging port still matches."""
+    tiny = {"x": RNG.normal(size=(4, 3)) * 1e-7, "y": np.zeros((4, 2))}
+
+    def check(reduce):
+        return check_port(
+            nn.Linear(3, 2, bias=False), nnx.Linear(3, 2, use_bias=False, rngs=nnx.Rngs(0)), tiny,
+            torch_loss=torch_loss, jax_loss=lambda m, b: reduce((m(b["x"]) - b["y"]) ** 2), steps=0,
+        )  # fmt: skip
+
+    good, bad = check(jnp.mean), check(jnp.sum)
+    assert good.verdict() == "match", good.table()
+    loss = next(r for r in bad.rows if r.section == "loss" and r.dtype == "float64")
+    assert 0 < loss.max_abs < 1e-12, loss  # 7 times a loss of ~1e-14: under the old floor, it used to match
+    assert bad.verdict() == "differs" and bad.first_parting().section == "loss", bad.table()
+    assert {r.section for r in bad.failed("float64")} == {"loss", "grads"}
+
+
+def test_a_bias_before_a_train_mode_batchnorm_is_judged_by_its_true_gradient_zero() -> None:
+    """The shipped correct `cnn` port under Adam at lr 0.1: its conv biases feed a train-mode BatchNorm, so
+    their true gradient is zero and each framework hands Adam its own rounding, which Adam scales to lr (float64:
+    1e-9 apart; float32: 0.6 apart, and BatchNorm's running means follow the biases). Judged as zero, it matches."""
+    args = case("cnn")
+    report = check_port(
+        args["torch_model"], args["jax_model"], args["batch"], torch_loss=args["torch_loss"],
+        jax_loss=args["jax_loss"], torch_optimizer=lambda params: torch.optim.Adam(params, lr=0.1),
+        jax_optimizer=optax.adam(0.1), steps=3,
+    )  # fmt: skip
+    assert report.ok, report.table()
+    why = {r.explained for r in report.explained}
+    assert {NOISE64.split(":")[0], "float32 steps", "steps"} == {w.split(":")[0] for w in why}, why
+    noisy = {r.key for r in report.explained if r.explained.startswith("float64 steps")}
+    assert noisy == {"conv1/bias", "conv2/bias"}, noisy  # the two biases before BatchNorm, and nothing else
+    assert {r.key for r in report.explained if r.explained == DRIFT} <= {"bn1/mean", "bn2/mean"}

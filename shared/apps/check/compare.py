@@ -19,7 +19,19 @@ from .match import Plan, translate
 from .pairing import flatten_orders, pair
 from .report import Row
 
-__all__ = ["TOLERANCE", "STEP_TOLERANCE", "NOISE", "Judge", "Pass", "noise_entries", "rows_of"]
+__all__ = [
+    "TOLERANCE",
+    "STEP_TOLERANCE",
+    "NOISE",
+    "NOISE64",
+    "DRIFT",
+    "ROUNDING_BOUND",
+    "Judge",
+    "Pass",
+    "floor",
+    "noise_entries",
+    "rows_of",
+]
 
 # float64: the package's parity bound (a bug, not rounding); float32: the noise of a deep float32 forward.
 # Steps are held to the model's parameter scale, not each leaf's: a leaf whose gradient vanishes in exact
@@ -27,6 +39,13 @@ __all__ = ["TOLERANCE", "STEP_TOLERANCE", "NOISE", "Judge", "Pass", "noise_entri
 # turns noise into updates of up to lr; in float64 that stays near 1e-12, in float32 near lr.
 TOLERANCE = {"float64": TOLERANCES["float64"]["parity"], "float32": Tolerance(rtol=2e-4, atol=1e-6)}
 STEP_TOLERANCE = {"float64": TOLERANCES["float64"]["parity"], "float32": Tolerance(rtol=5e-3, atol=1e-6)}
+
+
+def floor(tol: Tolerance, scale: float) -> Tolerance:
+    """The float64 bound with its absolute floor scaled to the quantity: atol, or rtol · scale where that is
+    smaller. At a loss of 1e-13 the fixed floor (1e-12) would pass a port that is 6 times off; rounding of a
+    quantity of that scale is rtol · scale and more below it. A quantity of scale ≥ atol / rtol keeps atol."""
+    return Tolerance(rtol=tol.rtol, atol=min(tol.atol, tol.rtol * scale))
 
 
 def _row(dtype, section, key, torch_name, jax_value, torch_value, tol, step=None, scale=None) -> Row:
@@ -76,14 +95,35 @@ NOISE = (
 )
 
 
-def noise_entries(grads: dict) -> dict[str, np.ndarray]:
-    """{NNX key: bool mask} of the float64 gradient entries float32 cannot resolve: non-zero (an exact
-    zero stays zero in float32 too, and Adam leaves it) and at most NOISE_BOUND of the largest |g|."""
+ROUNDING_BOUND = (
+    1e-12  # a float64 gradient entry at most this fraction of the largest, on both sides: a zero's rounding
+)
+NOISE64 = (
+    "float64 steps: Adam's updates of entries whose float64 gradient is rounding on both sides "
+    f"(≤ {ROUNDING_BOUND:g} of the largest: zero in exact arithmetic, as a bias before a train-mode BatchNorm) "
+    "are that rounding scaled to the learning rate; the rest of the leaf matches"
+)
+
+
+DRIFT = (
+    "steps: a running statistic (a buffer, no gradient) fed by the noise-driven entries explained above: "
+    "within their drift"
+)
+
+
+def noise_entries(grads: dict, other: dict | None = None, bound: float = NOISE_BOUND) -> dict[str, np.ndarray]:
+    """{NNX key: bool mask} of the float64 gradient entries a step cannot resolve: at most `bound` of the largest
+    |g| (NOISE_BOUND: float32's resolution; ROUNDING_BOUND: float64's own rounding) on both sides (`grads`
+    torch's, `other` JAX's), and not exactly zero on both (a zero both sides agree on stays zero, and Adam
+    leaves it: decay on a frozen leaf must still show)."""
+    other = other or {}
     top = max((float(np.max(np.abs(g))) for g in grads.values() if np.size(g)), default=0.0)
     out = {}
     for key, g in grads.items():
         a = np.abs(np.asarray(g))
-        mask = (a > 0) & (a <= NOISE_BOUND * top)
+        o = np.asarray(other.get(key, g))
+        b = np.abs(o) if o.shape == a.shape else a
+        mask = (np.maximum(a, b) <= bound * top) & ((a > 0) | (b > 0))
         if mask.any():
             out[key] = mask
     return out
@@ -123,9 +163,13 @@ class Judge:
         self, p: Pass, pl: Plan, transfer: bool, keep: Callable[[Row], bool] = lambda row: True, noise=None
     ) -> None:
         self.p, self.pl, self.keep, self.rows = p, pl, keep, []
-        self.noise = noise or {}  # NNX key -> entries whose float64 gradient is float32 rounding (noise_entries)
+        # NNX key -> the entries whose float64 gradient a step cannot resolve (noise_entries), and why
+        self.noise, self.noise_why = noise or {}, NOISE
         self.scale = max((float(np.max(np.abs(v))) for v in p.expected.values() if np.size(v)), default=0.0)
         self.first, self.finished, self.why = None, {}, ""
+        self.grad_scale = float("inf")  # max |torch gradient| over every leaf, once the run is read
+        self.grad_keys: set = set()  # the leaves with a gradient (the rest are buffers)
+        self.drift, self.noised_at = 0.0, None  # the largest noise-driven step difference, and its first step
 
     def _add(self, section, key, torch_name, j, t, step=None, path=None) -> Row:
         p, dt, first = self.p, self.p.dtype, self.first
@@ -134,7 +178,13 @@ class Judge:
             t = t.astype(np.asarray(j).dtype)  # an island's own result (HF's labels= loss in float32): judged below
         steps = section == "steps" and key != "loss"
         tol, scale = (STEP_TOLERANCE if steps else TOLERANCE), (self.scale if steps else None)
-        row = _row(dt, section, key, torch_name, j, t, tol[dt], step, scale)
+        bound = tol[dt]
+        if dt == "float64" and section in ("outputs", "loss", "grads") and t.dtype.kind == "f" and t.size:
+            # the floor at the quantity's scale: a gradient's is the whole gradient's (a leaf that vanishes
+            # in exact arithmetic is judged at the model's gradient scale), an output's and the loss's their own
+            size = self.grad_scale if section == "grads" else float(np.max(np.abs(t)))
+            bound = floor(bound, size) if 0 < size < np.inf else bound  # all zero: no scale to judge by
+        row = _row(dt, section, key, torch_name, j, t, bound, step, scale)
         downstream = first is not None and (section != "outputs" or self.finished.get(path, -1) >= first)
         if not row.ok and downstream and section != "weights":
             wide = _row("float32", section, key, torch_name, j, t, tol["float32"], step, scale)
@@ -147,7 +197,15 @@ class Judge:
             rest = _row(dt, section, key, torch_name, np.where(m, t, j), t, tol[dt], step, scale)
             if rest.ok:
                 row.ok, row.problem = True, ""
-                row.explained = NOISE + f" ({int(np.sum(m))} entries of {np.size(m)})"
+                row.explained = self.noise_why + f" ({int(np.sum(m))} entries of {np.size(m)})"
+                gap = np.abs(np.asarray(j, np.float64) - np.asarray(t, np.float64))
+                self.drift = max(self.drift, float(np.max(np.where(m, gap, 0.0))))
+                self.noised_at = step if self.noised_at is None else min(self.noised_at, step)
+        buffer = key not in self.grad_keys
+        if not row.ok and steps and buffer and self.noised_at is not None and step > self.noised_at:
+            # BatchNorm's running mean after a noise-driven bias step: the forward saw the two sides' biases
+            if row.max_abs <= self.drift:
+                row.ok, row.problem, row.explained = True, "", DRIFT
         if self.keep(row):
             p.values[(section, step, key)] = (np.asarray(j), np.asarray(t))
         self.rows.append(row)
@@ -185,6 +243,8 @@ class Judge:
                               moved, path=tpath)  # fmt: skip
         self._add("loss", "loss", "torch_loss", p.jax["loss"], p.torch["loss"])
         tg = p.torch["grads_native"]
+        self.grad_scale = max((float(np.max(np.abs(g))) for g in tg.values() if np.size(g)), default=float("inf"))
+        self.grad_keys = set(p.jax["grads"])
         for key, g in p.jax["grads"].items():
             if key in p.torch_none and not p.jax["trainable"].get(key, True):
                 continue  # frozen on both sides (torch None, outside JAX's wrt): the flow diff's business, no gradient to compare

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from . import budget, flow
-from .compare import Judge, Pass, noise_entries
+from .compare import NOISE64, ROUNDING_BOUND, Judge, Pass, noise_entries
 from .match import Plan, PortInputError, plan
 
 __all__ = ["Passes"]
@@ -121,7 +121,9 @@ class Passes:
             tg = p.torch["grads_native"]
             p.no_grad = {k for k in p.flow if k in p.torch_none or not np.any(tg.get(k, 0))}
             p.grad_norm = float(np.sqrt(sum(float(np.sum(np.square(v))) for v in tg.values())))
-            self.noise = noise_entries(tg)  # for the float32 pass's steps
+            self.noise = noise_entries(tg, p.jax["grads"])  # for the float32 pass's steps
+            # and this pass's: a gradient that is a zero's rounding on both sides, Adam scales to lr
+            judge.noise, judge.noise_why = noise_entries(tg, p.jax["grads"], ROUNDING_BOUND), NOISE64
         parted = not all(r.ok for r in judge.run())
         if not (wide and parted):  # judged and matched: the outputs and gradients go (a replay skips them)
             p.torch.update(outputs={}, grads_native={})
