@@ -7,16 +7,29 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 import torch
 from detach_parity import check_port
 from detach_parity.shared.apps.check.compare import DRIFT, NOISE64
+from detach_parity.shared.apps.check.match import PortInputError
 from detach_parity.shared.apps.check.ports import case
+from detach_parity.shared.apps.cli import main
 from flax import nnx
 from torch import nn
 
 RNG = np.random.default_rng(11)
 BATCH = {"x": RNG.normal(size=(4, 3)), "y": RNG.normal(size=(4, 2))}
 EVERY = 8  # micro-batches per update
+# FILE.py for the CLI: the worked CNN port under the names the README documents
+PORT_FILE = """
+from detach_parity.torch_impl.backend.ports import cnn as torch_cnn
+from detach_parity.jax_impl.backend.ports import cnn as jax_cnn
+
+torch_model = torch_cnn.build()
+jax_model = jax_cnn.build("correct", **torch_cnn.SIZES["small"])
+batch = torch_cnn.batch()
+torch_loss, jax_loss = torch_cnn.loss, jax_cnn.loss
+"""
 
 
 def torch_loss(m, b):
@@ -119,3 +132,109 @@ def test_a_bias_before_a_train_mode_batchnorm_is_judged_by_its_true_gradient_zer
     noisy = {r.key for r in report.explained if r.explained.startswith("float64 steps")}
     assert noisy == {"conv1/bias", "conv2/bias"}, noisy  # the two biases before BatchNorm, and nothing else
     assert {r.key for r in report.explained if r.explained == DRIFT} <= {"bn1/mean", "bn2/mean"}
+
+
+# --- misdiagnoses ended (item 5e) ----------------------------------------------------------------------------
+
+
+def test_a_folder_named_like_a_worked_port_does_not_shadow_it(tmp_path, monkeypatch, capsys) -> None:
+    """`detach-parity check cnn:fc_layout` beside a folder named `cnn` checks the worked port (it read the folder
+    as FILE and refused it: "expected one of ['cnn', ...], got 'cnn'")."""
+    (tmp_path / "cnn").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "cnn:fc_layout", "--steps", "0"]) == 1
+    out = capsys.readouterr()
+    assert "hint: [P07]" in out.out and "expected one of" not in out.err
+
+
+def test_a_helper_named_after_an_optional_name_is_the_files_own(tmp_path, capsys) -> None:
+    """jax_steps_per_epoch is a helper of the file, not a misspelt jax_step (jax_steps still is one)."""
+    port = tmp_path / "my_port.py"
+    port.write_text(PORT_FILE + "jax_steps_per_epoch = 100\ntorch_optimizer_lr = 0.1\n")
+    assert main(["check", str(port), "--steps", "0"]) == 0, capsys.readouterr().err
+    port.write_text(PORT_FILE + "jax_steps = 100\n")
+    assert main(["check", str(port), "--steps", "0"]) == 2
+    assert "defines 'jax_steps', which check does not read: did you mean 'jax_step'?" in capsys.readouterr().err
+
+
+def test_a_leaf_torch_never_trains_is_no_padding_row() -> None:
+    """A torch model frozen whole against a port that trains: a flow difference (missing stop), and no P11
+    'embedding padding row' hint on a Linear whose every row torch leaves without a gradient."""
+    frozen = nn.Linear(3, 2).requires_grad_(False)
+    report = check_port(frozen, nnx.Linear(3, 2, rngs=nnx.Rngs(0)), BATCH, torch_loss=torch_loss, jax_loss=jax_loss,
+                        steps=0)  # fmt: skip
+    assert report.verdict() == "differs" and "P11" not in report.named(), report.table()
+    assert {f.keys for f in report.mismatches} == {"bias", "kernel"} or report.mismatches, report.table()
+
+
+@pytest.mark.parametrize("side", ["torch", "jax"])
+def test_an_update_that_raises_is_the_optimizers_error_not_the_loss(side: str) -> None:
+    """The checker's own optimizer step: an error in the update names the optimizer, not the user's loss."""
+
+    class Broken(torch.optim.SGD):
+        def step(self, closure=None):
+            raise RuntimeError("the update broke")
+
+    def broken_update(updates, state, params=None):
+        raise RuntimeError("the update broke")
+
+    optimizers = {
+        "torch_optimizer": (lambda p: Broken(p, lr=0.1)) if side == "torch" else (lambda p: torch.optim.SGD(p, lr=0.1)),
+        "jax_optimizer": optax.GradientTransformation(lambda p: optax.EmptyState(), broken_update)
+        if side == "jax"
+        else optax.sgd(0.1),
+    }
+    with pytest.raises(PortInputError, match=f"^{side}_optimizer: the update raised RuntimeError: the update broke"):
+        check_port(nn.Linear(3, 2), nnx.Linear(3, 2, rngs=nnx.Rngs(0)), BATCH, torch_loss=torch_loss,
+                   jax_loss=jax_loss, steps=1, **optimizers)  # fmt: skip
+
+
+def test_ids_beyond_int32_are_refused_for_the_float32_pass_not_blamed_on_it() -> None:
+    """JAX without x64 keeps integers in int32: ids above 2**31 - 1 would wrap in the float32 pass, and the
+    difference read as float32 rounding. Refused by name; the float64 pass alone checks them."""
+
+    class Hashed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(7, 2)
+
+        def forward(self, ids):
+            return self.embed(ids % 7)
+
+    class HashedPort(nnx.Module):
+        def __init__(self) -> None:
+            self.embed = nnx.Embed(7, 2, rngs=nnx.Rngs(0))
+
+        def __call__(self, ids):
+            return self.embed(ids % 7)
+
+    batch = {"ids": np.array([3, 2**31 + 5, 2**33 + 1, 9], dtype=np.int64)}
+    losses = {"torch_loss": lambda m, b: m(b["ids"]).pow(2).mean(), "jax_loss": lambda m, b: jnp.mean(m(b["ids"]) ** 2)}
+    with pytest.raises(PortInputError, match=r"batch\['ids'\]: the float32 pass runs JAX without x64.*8589934593"):
+        check_port(Hashed(), HashedPort(), batch, steps=0, **losses)
+    report = check_port(Hashed(), HashedPort(), batch, steps=0, dtypes=("float64",), **losses)
+    assert report.verdict() == "match", report.table()
+
+
+@pytest.mark.parametrize("side", ["torch", "jax"])
+def test_functional_dropout_left_on_is_refused_by_name(side: str) -> None:
+    """F.dropout(x, p) trains by default, and no module says so (the modules' check sees nn.Dropout only): two
+    losses on the same weights differ, and the check refuses before reading the difference as the port's."""
+
+    class Dropped(nn.Linear):
+        def forward(self, x):
+            return torch.nn.functional.dropout(super().forward(x), 0.5)  # training=True: the default
+
+    class DroppedPort(nnx.Module):
+        def __init__(self) -> None:
+            self.linear, self.rngs = nnx.Linear(3, 2, rngs=nnx.Rngs(0)), nnx.Rngs(dropout=1)
+
+        def __call__(self, x):
+            return nnx.Dropout(0.5, rngs=self.rngs)(self.linear(x))
+
+    torch_model = Dropped(3, 2) if side == "torch" else nn.Sequential(nn.Linear(3, 2))
+    jax_model = DroppedPort() if side == "jax" else nnx.Sequential(nnx.Linear(3, 2, rngs=nnx.Rngs(0)))
+    state = torch.random.get_rng_state()
+    with pytest.raises(PortInputError, match=f"^{side}_loss: expected the same loss twice .*dropout left on"):
+        check_port(torch_model, jax_model, BATCH, torch_loss=torch_loss, jax_loss=jax_loss, steps=0)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the user's random state, untouched

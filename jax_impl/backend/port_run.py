@@ -33,7 +33,7 @@ from .knobs import knobs
 from .outputs import output_axes
 from .port import _key, _sequential_alias, native
 
-__all__ = ["knobs", "run_loss", "steps", "train"]
+__all__ = ["knobs", "repeat_loss", "run_loss", "steps", "train"]
 
 # the checker calls each compiled function a few times: compile time dominates, so XLA's cheapest level
 _FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
@@ -101,9 +101,16 @@ def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
     return {k: jnp.asarray(v) for k, v in batch.items()}
 
 
+class _UpdateError(Exception):
+    """The checker's own optimizer step raised in the update, not in the user's loss: reported as the optimizer's."""
+
+
 def _call(fn: Callable, model, batch, name: str):
     try:
         return fn(model, batch)
+    except _UpdateError as exc:
+        cause = exc.__cause__
+        raise ValueError(f"jax_optimizer: the update raised {type(cause).__name__}: {cause}") from cause
     except Exception as exc:
         shapes = {k: (tuple(v.shape), str(v.dtype)) for k, v in batch.items()}
         raise ValueError(f"{name}(model, batch) raised {type(exc).__name__}: {exc} (batch: {shapes})") from exc
@@ -149,6 +156,20 @@ def _run(first, outputs, loss, grads, trainable: set[str], layouts: dict) -> dic
         "grads": grads,
         "trainable": {k: k in trainable for k in grads},
     }
+
+
+def repeat_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> tuple[float, float]:
+    """The loss twice on the same weights and batch, as two floats: equal unless the forward draws random
+    numbers (dropout left on: F.dropout(x, p) trains by default; nnx.Dropout with its rngs). Call it on a copy:
+    a train-mode BatchNorm moves its running statistics. JAX has no global random state.
+
+    Raises:
+      ValueError: the loss raised or is not a scalar.
+    """
+    with numerics(dtype):
+        b = _batch(batch)
+        first, second = (float(_scalar(_call(loss_fn, model, b, "jax_loss"), "jax_loss")) for _ in range(2))
+    return first, second
 
 
 def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, wrt=nnx.Param, knob=None) -> dict:
@@ -245,7 +266,11 @@ def _optimizer_step(model, loss_fn: Callable, optimizer, runs: list) -> Callable
         return loss, (first, outputs, loss, grads), nnx.state((m, o))
 
     def step(m, batch):
-        loss, run, after = update(nnx.state((m, opt)), batch)
+        try:
+            loss, run, after = update(nnx.state((m, opt)), batch)
+        except Exception as exc:  # the loss and its gradient alone: where they work, the update raised
+            nnx.value_and_grad(loss_fn)(m, batch)  # raises the loss's own error, reported as jax_loss's
+            raise _UpdateError from exc
         calls.append(1)
         if len(calls) == 1:
             runs.append(_run(*run, trainable, layouts))

@@ -33,7 +33,7 @@ from .layout import named_leaves
 from .outputs import output_axes
 from .port import _bare, _key, _units, read
 
-__all__ = ["knobs", "run_loss", "steps", "train"]
+__all__ = ["knobs", "repeat_loss", "run_loss", "steps", "train"]
 
 
 def _tensors(out) -> list[torch.Tensor]:
@@ -59,9 +59,16 @@ def _scalar(loss, name: str) -> torch.Tensor:
     return loss.reshape(())
 
 
+class _UpdateError(Exception):
+    """The checker's own optimizer step raised in the update, not in the user's loss: reported as the optimizer's."""
+
+
 def _call(fn: Callable, model, batch, name: str):
     try:
         return fn(model, batch)
+    except _UpdateError as exc:
+        cause = exc.__cause__
+        raise ValueError(f"torch_optimizer: the update raised {type(cause).__name__}: {cause}") from cause
     except Exception as exc:
         shapes = {k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in batch.items()}
         raise ValueError(f"{name}(model, batch) raised {type(exc).__name__}: {exc} (batch: {shapes})") from exc
@@ -84,6 +91,20 @@ def _grads(model: nn.Module) -> tuple[dict, dict]:
                 g = _bare(model, unit, leaf).grad
                 grads.setdefault(path, {})[leaf] = None if g is None else g.cpu().numpy().copy()
     return grads, trainable
+
+
+def repeat_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> tuple[float, float]:
+    """The loss twice on the same weights and batch, as two floats: equal unless the forward draws random
+    numbers (dropout left on: F.dropout(x, p) trains by default; nnx.Dropout with its rngs). Call it on a copy:
+    a train-mode BatchNorm moves its running statistics. The global random state is left as it was.
+
+    Raises:
+      ValueError: the loss raised or is not a scalar.
+    """
+    with numerics(dtype), torch.random.fork_rng():  # with autograd: a loss may differentiate inside (MAML)
+        b = _batch(batch)
+        first, second = (float(_scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")) for _ in range(2))
+    return first, second
 
 
 def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, wrt=None, knob=None) -> dict:
@@ -221,6 +242,13 @@ def steps(
         del out  # not held while the next step runs: the caller's copy is all there is
 
 
+def _update(opt: torch.optim.Optimizer) -> None:
+    try:
+        opt.step()
+    except Exception as exc:
+        raise _UpdateError from exc
+
+
 def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, knob, runs: list) -> Callable:
     # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
     opt = optimizer(model.parameters())  # torch.optim skips a parameter whose .grad is None
@@ -245,12 +273,12 @@ def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, kn
         opt.zero_grad(set_to_none=True)
         calls.append(1)
         if len(calls) == 1:  # the first step, recorded: outputs and .grad before the update
-            runs.append(_run(m, batch, loss_fn, after_backward=opt.step))
+            runs.append(_run(m, batch, loss_fn, after_backward=lambda: _update(opt)))
             return torch.from_numpy(runs[-1]["loss"])
         loss = _scalar(loss_fn(m, batch), "torch_loss")
         # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
         loss.backward()
-        opt.step()
+        _update(opt)
         return loss
 
     return step

@@ -52,6 +52,11 @@ def validate_batch(batch) -> dict[str, np.ndarray]:
     return out
 
 
+def _fits_int32(a: np.ndarray) -> bool:
+    info = np.iinfo(np.int32)
+    return bool(a.min() >= info.min and a.max() <= info.max)
+
+
 def _pair(optimizer) -> bool:
     """(transformation, filter), not an optax transformation (itself a NamedTuple with init / update)."""
     return isinstance(optimizer, tuple) and len(optimizer) == 2 and not hasattr(optimizer, "init")
@@ -152,6 +157,15 @@ def check_port(
         or len(set(dtypes)) != len(dtypes)
     ):
         raise PortInputError(f"dtypes: expected ('float64',) or ('float64', 'float32'), got {dtypes!r}")
+    wide = [k for k, v in c.batch.items() if v.dtype.kind in "iu" and not _fits_int32(v)]
+    if "float32" in dtypes and wide:  # they would wrap around, and the difference be blamed on float32
+        v = c.batch[wide[0]]
+        raise PortInputError(
+            f"batch[{wide[0]!r}]: the float32 pass runs JAX without x64, where integers are int32: expected values "
+            f"in [-2**31, 2**31 - 1], got {v.min()} .. {v.max()} (check the float64 pass alone: dtypes=('float64',))"
+        )
+    c.progress("a forward twice: is it deterministic? ...")
+    c.repeatable(dtypes[-1])  # the cheaper dtype: a random forward shows in either
     report, passes = c.report, {}
     c.dtypes = tuple(dtypes)
     report.settings["dtypes"] = list(dtypes)

@@ -36,15 +36,21 @@ OPTIONAL = ("torch_optimizer", "jax_optimizer", "torch_step", "jax_step", "mappi
 
 def _misspelt(names: dict) -> tuple[str, str] | None:
     """(defined, meant) for a name that looks like an optional name the file does not define: torch_opt,
-    jax_steps (a prefix either way), tranfer, Transfer, mappings (close). Modules, classes and functions
+    jax_steps (a prefix either way, not jax_steps_per_epoch), tranfer, Transfer, mappings (close). Modules, classes and functions
     without the torch_ / jax_ prefix are the file's own helpers (`from collections.abc import Mapping`)."""
     unread = [n for n in OPTIONAL if n not in names]
     for defined, value in sorted(names.items()):
         framework = defined.startswith(("torch_", "jax_"))
         own = isinstance(value, (types.ModuleType, type)) or (callable(value) and not framework)
-        if defined in (*REQUIRED, *OPTIONAL) or defined.startswith("__") or own:
+        helper = any(defined.startswith(n + "_") for n in (*REQUIRED, *OPTIONAL))  # jax_step_size, torch_model_cfg
+        if defined in (*REQUIRED, *OPTIONAL) or defined.startswith("__") or own or helper:
             continue
-        prefix = [n for n in unread if framework and (n.startswith(defined) or defined.startswith(n))]
+        # a prefix either way (torch_opt, jax_steps), not a longer name of its own (jax_steps_per_epoch)
+        prefix = [
+            n
+            for n in unread
+            if framework and (n.startswith(defined) or (defined.startswith(n) and "_" not in defined[len(n) :]))
+        ]
         close = prefix or difflib.get_close_matches(defined.lower(), unread, n=1, cutoff=0.85)
         if close:
             return defined, close[0]
@@ -84,7 +90,8 @@ def load_file(path: str) -> dict:
 
 def cmd_check(args: argparse.Namespace, console) -> int:
     target = args.file
-    if target.endswith(".py") or "/" in target or Path(target).exists():  # a path, not a worked port's name
+    worked = target.partition(":")[0] in WORKED + REAL  # a worked port's name, whatever the folder holds
+    if target.endswith(".py") or "/" in target or (Path(target).exists() and not worked):  # a path
         kwargs = load_file(target)
     else:
         try:

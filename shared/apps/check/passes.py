@@ -67,6 +67,23 @@ class Passes:
             self.J.copy_model, self.models[1], dtype
         )
 
+    def repeatable(self, dtype: str) -> None:
+        """Refuse a forward that draws random numbers (dropout left on where no module says so: F.dropout's
+        training=True): its differences would be read as the port's. Two losses of fresh copies must agree."""
+        tm, jm = self._copies(dtype)  # copies: a train-mode BatchNorm moves its running statistics
+        batch = _cast(self.batch, dtype)
+        for name, runs, model, loss in (
+            ("torch_loss", self.TR, tm, self.losses[0]),
+            ("jax_loss", self.JR, jm, self.losses[1]),
+        ):
+            first, second = self._impl(runs.repeat_loss, model, batch, loss, dtype)
+            if abs(first - second) > 1e-6 * max(abs(first), abs(second)):  # one program on one input: equal
+                raise PortInputError(
+                    f"{name}: expected the same loss twice on the same weights and batch, got {first!r} and "
+                    f"{second!r}: the forward draws random numbers (dropout left on: F.dropout(x, p) trains unless "
+                    "given training=False; nnx.Dropout needs deterministic=True); check the model in eval mode"
+                )
+
     def _start(self, dtype: str) -> tuple:
         """Copies of both models in `dtype`, the NNX one holding torch's weights (transfer) or its own."""
         tm, jm = self._copies(dtype)

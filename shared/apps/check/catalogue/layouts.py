@@ -99,8 +99,8 @@ def _padding_row(row, j: np.ndarray, t: np.ndarray) -> str | None:
         return None
     differs = np.any(np.abs(j - t) > 1e-9 * max(float(np.max(np.abs(t))), 1e-300), axis=1)
     zero = np.all(t == 0, axis=1)
-    if not differs.any() or not np.all(zero[differs]):
-        return None
+    if not differs.any() or not np.all(zero[differs]) or zero.all():
+        return None  # a leaf torch gives no gradient at all is frozen there (a flow difference), not a padding row
     rows = np.flatnonzero(differs).tolist()
     return (
         f"the gradient differs only in row(s) {rows[:5]}, where torch's is zero: torch's Embedding(padding_idx) "
