@@ -238,3 +238,13 @@ def test_functional_dropout_left_on_is_refused_by_name(side: str) -> None:
     with pytest.raises(PortInputError, match=f"^{side}_loss: expected the same loss twice .*dropout left on"):
         check_port(torch_model, jax_model, BATCH, torch_loss=torch_loss, jax_loss=jax_loss, steps=0)
     assert torch.equal(torch.random.get_rng_state(), state)  # the user's random state, untouched
+
+
+def test_a_torch_model_frozen_whole_is_a_flow_difference_at_every_step() -> None:
+    """Every torch parameter frozen, K = 2 steps: the checker's own backward is skipped where the loss has no
+    graph (it raised "element 0 of tensors does not require grad" at step 2, reported as the user's loss)."""
+    frozen = nn.Linear(3, 2).requires_grad_(False)
+    report = check_port(frozen, nnx.Linear(3, 2, rngs=nnx.Rngs(0)), BATCH, torch_loss=torch_loss, jax_loss=jax_loss,
+                        torch_optimizer=lambda p: torch.optim.SGD(p, lr=0.1), jax_optimizer=optax.sgd(0.1), steps=2)  # fmt: skip
+    assert report.verdict() == "differs" and report.mismatches, report.table()
+    assert "torch_loss" not in report.table()  # nothing is blamed on the user's loss

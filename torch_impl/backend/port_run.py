@@ -103,7 +103,9 @@ def repeat_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype
     """
     with numerics(dtype), torch.random.fork_rng():  # with autograd: a loss may differentiate inside (MAML)
         b = _batch(batch)
-        first, second = (float(_scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")) for _ in range(2))
+        first, second = (
+            float(_scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss").detach()) for _ in range(2)
+        )
     return first, second
 
 
@@ -277,7 +279,8 @@ def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, kn
             return torch.from_numpy(runs[-1]["loss"])
         loss = _scalar(loss_fn(m, batch), "torch_loss")
         # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
-        loss.backward()
+        if loss.requires_grad:  # every parameter frozen: no graph, nothing to differentiate (as in _run)
+            loss.backward()
         _update(opt)
         return loss
 
