@@ -245,6 +245,8 @@ def steps(
 
 
 def _update(opt: torch.optim.Optimizer) -> None:
+    """opt.step(), its error marked as the update's. torch only: torch's update is a call of its own, while
+    JAX's runs inside the jitted step (jax_impl's step tells the two apart by rerunning the loss alone)."""
     try:
         opt.step()
     except Exception as exc:
