@@ -248,7 +248,10 @@ def _optimizer_step(model, loss_fn: Callable, optimizer, runs: list) -> Callable
     if not isinstance(tx, optax.GradientTransformation):
         raise ValueError(f"jax_optimizer: expected an optax.GradientTransformation, got {type(tx).__name__}")
     # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
-    opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
+    try:
+        opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
+    except Exception as exc:
+        raise ValueError(f"jax_optimizer: its init raised {type(exc).__name__}: {exc}") from exc
     graphdef, _ = nnx.split((model, opt))
     trainable = {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}
     layouts: dict = {}
@@ -268,8 +271,8 @@ def _optimizer_step(model, loss_fn: Callable, optimizer, runs: list) -> Callable
     def step(m, batch):
         try:
             loss, run, after = update(nnx.state((m, opt)), batch)
-        except Exception as exc:  # the loss and its gradient alone: where they work, the update raised
-            nnx.value_and_grad(loss_fn)(m, batch)  # raises the loss's own error, reported as jax_loss's
+        except Exception as exc:  # the loss and its gradient alone, jitted as the step is: where they work,
+            nnx.jit(nnx.value_and_grad(loss_fn))(m, batch)  # the update raised; else the loss's own error
             raise _UpdateError from exc
         calls.append(1)
         if len(calls) == 1:

@@ -255,7 +255,10 @@ def _update(opt: torch.optim.Optimizer) -> None:
 
 def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, knob, runs: list) -> Callable:
     # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
-    opt = optimizer(model.parameters())  # torch.optim skips a parameter whose .grad is None
+    try:
+        opt = optimizer(model.parameters())  # torch.optim skips a parameter whose .grad is None
+    except Exception as exc:
+        raise ValueError(f"torch_optimizer(params) raised {type(exc).__name__}: {exc}") from exc
     if not isinstance(opt, torch.optim.Optimizer):
         raise ValueError(f"torch_optimizer: expected a factory of torch.optim.Optimizer, got {type(opt).__name__}")
     given = {id(q) for q in model.parameters()}

@@ -53,7 +53,8 @@ def validate_batch(batch) -> dict[str, np.ndarray]:
 
 
 def _fits_int32(a: np.ndarray) -> bool:
-    info = np.iinfo(np.int32)
+    """Whether JAX without x64 keeps the values: int32 for signed integers, uint32 for unsigned ones."""
+    info = np.iinfo(np.uint32 if a.dtype.kind == "u" else np.int32)
     return bool(a.min() >= info.min and a.max() <= info.max)
 
 
@@ -161,8 +162,9 @@ def check_port(
     if "float32" in dtypes and wide:  # they would wrap around, and the difference be blamed on float32
         v = c.batch[wide[0]]
         raise PortInputError(
-            f"batch[{wide[0]!r}]: the float32 pass runs JAX without x64, where integers are int32: expected values "
-            f"in [-2**31, 2**31 - 1], got {v.min()} .. {v.max()} (check the float64 pass alone: dtypes=('float64',))"
+            f"batch[{wide[0]!r}]: the float32 pass runs JAX without x64, where integers are 32-bit: expected values "
+            f"in {'[0, 2**32 - 1]' if v.dtype.kind == 'u' else '[-2**31, 2**31 - 1]'}, got {v.min()} .. {v.max()} "
+            "(check the float64 pass alone: dtypes=('float64',))"
         )
     c.progress("a forward twice: is it deterministic? ...")
     c.repeatable(dtypes[-1])  # the cheaper dtype: a random forward shows in either

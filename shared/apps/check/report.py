@@ -196,7 +196,7 @@ class PortReport:
             "match": "the port matches",
             "differs": "the port DIFFERS",
             "match, steps unchecked": f"the port matches up to the steps; its {self.unmoved} steps moved no "
-            "trainable weight on either side, so the update is unchecked (--steps past the accumulation)",
+            "trainable weight on either side, so the update is unchecked (more --steps, or a learning rate above 0)",
         }.get(self.verdict(), "the port matches, with a difference the reference's own float32 computing explains")
         out.append("verdict: " + verdict)
         return out
