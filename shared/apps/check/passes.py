@@ -67,7 +67,7 @@ class Passes:
             self.J.copy_model, self.models[1], dtype
         )
 
-    def repeatable(self, dtype: str) -> None:
+    def _repeatable(self, dtype: str) -> None:
         """Refuse a forward that draws random numbers (dropout left on where no module says so: F.dropout's
         training=True): its differences would be read as the port's. Two losses of fresh copies must agree."""
         tm, jm = self._copies(dtype)  # copies: a train-mode BatchNorm moves its running statistics
