@@ -19,6 +19,8 @@ TAG = re.compile(r"#\s*GRAD-FLOW:\s*(.+)$")
 # modules with no twin: path -> reason
 ONE_SIDED = {
     "torch_impl/_layout.py": "Flax kernels are the canonical layout [in, out]: only torch converts (the one rule table)",
+    "torch_impl/backend/transformer_knobs.py": "replays change the torch reference only: a port is never run with "
+    "another attention, rotary or gated-MLP convention (jax_impl's knobs change precision)",
 }
 # public names one side has and the other does not: (module, framework, name) -> reason
 ONE_SIDED_NAMES = {

@@ -85,6 +85,7 @@ def test_each_buggy_port_is_named(name: str, variant: str, pitfall: str) -> None
 def test_the_catalogue_and_the_backends_knobs_are_one_to_one() -> None:
     """Every knob a backend implements is named by exactly one record's replay on that side, and every
     record's knob is implemented there; every record links a page (its pitfall or scenario)."""
+    from detach_parity.shared.apps import docs
     from detach_parity.shared.apps.check import catalogue
     from detach_parity.shared.apps.check.diagnose import page
 
@@ -97,8 +98,10 @@ def test_the_catalogue_and_the_backends_knobs_are_one_to_one() -> None:
     for side in ("torch", "jax"):
         assert sorted(named[side]) == sorted(implemented[side]), side
     assert {"gelu_tanh", "norm_eps", "bn_momentum", "mask_inverted", "adam_swapped"} <= implemented["torch"]
+    sheet = docs.cheatsheet_page()
     for d in catalogue.CATALOGUE.values():  # a pitfall's or a scenario's record links its lesson
-        assert d.title and (page(d.id).endswith(".html") or d.id == "tied_weights"), d.id
+        core = d in catalogue.attention.RECORDS and f"| `{d.id}` |" in sheet  # the cheatsheet's transformer table
+        assert d.title and (page(d.id).endswith(".html") or d.id == "tied_weights" or core), d.id
 
 
 def _snapshot(torch_model: nn.Module, jax_model: nnx.Module) -> dict:

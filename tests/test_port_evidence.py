@@ -11,8 +11,8 @@ import optax
 import pytest
 import torch
 from detach_parity import check_port
-from detach_parity.shared.apps.check.compare import DRIFT, NOISE64
 from detach_parity.shared.apps.check.match import PortInputError
+from detach_parity.shared.apps.check.noise import DRIFT, NOISE64
 from detach_parity.shared.apps.check.ports import case
 from detach_parity.shared.apps.cli import main
 from flax import nnx

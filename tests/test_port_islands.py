@@ -103,8 +103,9 @@ def test_the_float32_pass_is_judged_as_before() -> None:
 def test_float32_steps_that_differ_only_where_the_float64_gradient_is_rounding_are_explained() -> None:
     """Adam turns any gradient into steps of ~lr: on entries whose float64 gradient is below float32's resolution
     (attention's key bias, which softmax ignores) float32 steps are noise; elsewhere a difference still differs."""
-    from detach_parity.shared.apps.check.compare import NOISE, Judge, Pass, noise_entries
+    from detach_parity.shared.apps.check.compare import Judge, Pass
     from detach_parity.shared.apps.check.match import Plan
+    from detach_parity.shared.apps.check.noise import NOISE, noise_entries
 
     grads = {"attn/bias": np.array([3e-2, -1e-17, 2e-18, 4e-2]), "head/kernel": np.array([[0.0, 1e-3]])}
     noise = noise_entries(grads)

@@ -1,11 +1,11 @@
 """Port checker, JAX half, counterfactuals: the knobs a run of the port can apply; the mirror of
 torch_impl/backend/knobs.py.
 
-What it does: each knob changes how the NNX port computes for one run (the matmul precision, a
-full-precision attention softmax), so that if the port with the knob matches torch, the knob names
-the bug.
+What it does: each knob changes how the NNX port computes for one run (the matmul precision), so that
+if the port with the knob matches torch, the knob names the bug.
 Gradient flow: unchanged; a knob changes precision only.
-Port note: jax.nn.dot_product_attention is restored when the run ends.
+Port note: a float64 run computes jax.nn.dot_product_attention's softmax in float64 (`_exact_attention`:
+JAX takes it in float32 whatever the inputs, a rounding the float32 pass sees as it is); restored after.
 Shapes: as the user's model.
 Reference: the checker's catalogue (shared/apps/check/catalogue/), one record per knob.
 """
@@ -23,7 +23,7 @@ __all__ = ["knobs", "knob"]
 
 # the counterfactuals of the port (precision), each named by one record of the checker's catalogue
 # (shared/apps/check/catalogue/), which says what it changes and which pitfall it confirms
-_KNOBS = ("matmul_default", "attention_full_precision")
+_KNOBS = ("matmul_default",)
 
 
 def knobs() -> frozenset[str]:
@@ -44,15 +44,33 @@ def knob(name: str | None) -> Iterator[None]:
     elif name == "matmul_default":
         with jax.default_matmul_precision("default"):
             yield
-    elif name == "attention_full_precision":
-        original = jax.nn.dot_product_attention
-        jax.nn.dot_product_attention = _attention  # nnx.dot_product_attention calls it through jax.nn
-        try:
-            yield
-        finally:
-            jax.nn.dot_product_attention = original
     else:
         raise ValueError(f"knob expected one of {sorted(_KNOBS)} or None, got {name!r}")
+
+
+@contextlib.contextmanager
+def _exact_attention(dtype: str, used: list) -> Iterator[None]:
+    """In a float64 run, jax.nn.dot_product_attention with its softmax in float64 (it takes float32 whatever
+    the inputs: a port's rounding, not its maths; the float32 pass runs it as it is). `used` gets an entry
+    per call traced."""
+    if dtype != "float64":
+        yield
+        return
+    original = jax.nn.dot_product_attention
+
+    def exact(*args, **kwargs):
+        other = {k for k, v in kwargs.items() if v is not None and k not in ("bias", "mask", "is_causal", "scale",
+                                                                              "implementation")}  # fmt: skip
+        if len(args) > 5 or other:  # sequence lengths, a local window: JAX's own, as it computes them
+            return original(*args, **kwargs)
+        used.append(True)
+        return _attention(*args, **kwargs)
+
+    jax.nn.dot_product_attention = exact  # nnx.dot_product_attention calls it through jax.nn
+    try:
+        yield
+    finally:
+        jax.nn.dot_product_attention = original
 
 
 def _attention(query, key, value, bias=None, mask=None, *, is_causal=False, scale=None, **_):

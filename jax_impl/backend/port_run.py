@@ -4,7 +4,8 @@ the loss, every gradient) and K optimizer steps; the mirror of torch_impl/backen
 What it does: the runs `detach-parity check` compares (shared/apps/check). One jitted function per
 dtype does the recorded forward, the gradient w.r.t. every nnx.Param and the optimizer update, so a
 check compiles once for the forward, the gradients and the K steps. `knobs` are counterfactuals on
-this side (jax.nn.dot_product_attention's float32 softmax; the default matmul precision off a CPU).
+this side (the default matmul precision off a CPU); a float64 run takes jax.nn.dot_product_attention's
+softmax in float64 (knobs._exact_attention). `cotangents` gives the gradient arriving at each module.
 Gradient flow: gradients w.r.t. every nnx.Param (a stop_gradient gives exact zeros); only the leaves
 in the optimizer's `wrt` filter are updated: the mirror of torch's requires_grad_(False).
 Port note: NNX has no forward hooks, and nnx.capture cannot record inside nnx.RNN's scan: the outputs
@@ -17,7 +18,6 @@ Reference: Flax NNX docs (nnx.split / nnx.merge, nnx.Optimizer(wrt), nnx.value_a
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from collections.abc import Callable, Iterator, Mapping
 
@@ -28,65 +28,15 @@ import optax
 from flax import nnx
 
 from .._common import numerics
+from .knobs import _exact_attention, knobs
 from .knobs import knob as apply_knob
-from .knobs import knobs
-from .outputs import output_axes
-from .port import _key, _sequential_alias, native
+from .port import _key, native
+from .record import recording
 
-__all__ = ["knobs", "repeat_loss", "run_loss", "steps", "train"]
+__all__ = ["knobs", "repeat_loss", "run_loss", "cotangents", "steps", "train"]
 
 # the checker calls each compiled function a few times: compile time dominates, so XLA's cheapest level
 _FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
-
-
-def _leaves(tree, top) -> list[jax.Array]:
-    # eager (top None): concrete arrays; under jit: tracers of the jitted function itself, not of a scan inside it
-    keep = (
-        (lambda x: not isinstance(x, jax.core.Tracer)) if top is None else (lambda x: getattr(x, "_trace", None) is top)
-    )
-    return [x for x in jax.tree.leaves(tree) if isinstance(x, jax.Array) and keep(x)]
-
-
-@contextlib.contextmanager
-def _recording(model, outputs: dict[str, list], top=None, layouts=None) -> Iterator[None]:
-    # NNX has no forward hooks and nnx.capture cannot record inside nnx.RNN's scan: wrap each module
-    # class's __call__ for the duration of one forward, recording the instances of this model only
-    modules = dict(nnx.iter_modules(model))
-    alias = _sequential_alias(modules)
-    names = {id(m): _key(alias(p)) for p, m in modules.items()}
-    classes = {type(m) for m in modules.values()}
-    found = {
-        cls: next((c.__dict__["__call__"] for c in cls.__mro__ if "__call__" in c.__dict__), None) for cls in classes
-    }
-    originals = {cls: call for cls, call in found.items() if call is not None}  # containers (nnx.List) are not called
-    own = {cls: "__call__" in cls.__dict__ for cls in classes}
-    known: dict = {}  # id(array) -> (array, its named axes): what a module without a rule passes on
-
-    def wrap(call):
-        def recorded(self, *args, **kwargs):
-            out = call(self, *args, **kwargs)
-            if id(self) in names:
-                arrays = _leaves(out, top)
-                if arrays:  # the steps of a scan inside are not recorded
-                    outputs.setdefault(names[id(self)], []).append(arrays)
-                    whole = len(arrays) == sum(isinstance(x, jax.Array) for x in jax.tree.leaves(out))
-                    specs = output_axes(self, args, kwargs, arrays, known) if whole else [None] * len(arrays)
-                    if layouts is not None:
-                        layouts.setdefault(names[id(self)], []).append(specs)
-            return out
-
-        return recorded
-
-    try:
-        for cls, call in originals.items():
-            cls.__call__ = wrap(call)
-        yield
-    finally:
-        for cls, call in originals.items():
-            if own[cls]:
-                cls.__call__ = call
-            else:
-                del cls.__call__
 
 
 def _scalar(loss, name: str) -> jax.Array:
@@ -140,7 +90,7 @@ def _recorded(probe, loss_fn: Callable, b, layouts: dict) -> tuple[jax.Array, di
     outputs, leaf = {}, jax.tree.leaves(b)[0]
     layouts.clear()  # a trace that fell back to an eager run records again
     top = getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None
-    with _recording(probe, outputs, top, layouts):
+    with recording(probe, outputs, top, layouts):
         first = _scalar(loss_fn(probe, b), "jax_loss")
     return first, outputs
 
@@ -186,7 +136,8 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
     Raises:
       ValueError: the loss raised, is not a scalar, or is not reproducible (random in the forward).
     """
-    with numerics(dtype), apply_knob(knob):
+    used: list = []
+    with numerics(dtype), apply_knob(knob), _exact_attention(dtype, used):
         b = _batch(batch)
         graphdef, state = nnx.split(model)
         layouts: dict = {}
@@ -202,9 +153,47 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
             lambda m, b: _jit_or_eager(forward_and_gradient, state, b), model, b, "jax_loss"
         )
         nnx.update(model, after)  # the BatchStats the forward updated, as torch's buffers
-        return _run(
-            first, outputs, loss, grads, {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}, layouts
-        )
+        trainable = {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}
+        return dict(_run(first, outputs, loss, grads, trainable, layouts), exact_attention=bool(used))
+
+
+def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> dict:
+    """The gradient of the loss w.r.t. every submodule's output, per call: the gradient arriving at it in the
+    backward (its cotangent), for localising a backward that parts where the forward matches.
+
+    A zero probe is added to each recorded output and the loss differentiated w.r.t. the probes (NNX has no
+    backward hooks); one jitted function. Call it on a copy: a train-mode BatchNorm moves its statistics.
+    Returns:
+      {alias path: [[array per recorded output] per call]}, as run_loss's "outputs" (zeros for an integer one).
+    Raises:
+      ValueError: the loss raised or is not a scalar.
+    """
+    with numerics(dtype), _exact_attention(dtype, []):
+        b = _batch(batch)
+        graphdef, state = nnx.split(model)
+
+        def gradients(state, b):
+            _, outputs = _recorded(nnx.merge(graphdef, _copy(state)), loss_fn, b, {})
+            floating = lambda a: jnp.issubdtype(a.dtype, jnp.inexact)  # noqa: E731
+            probes = {k: [[jnp.zeros_like(a) if floating(a) else None for a in call] for call in calls]
+                      for k, calls in outputs.items()}  # fmt: skip
+            leaf = jax.tree.leaves(b)[0]
+            top = getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None
+
+            def loss_of(probes):
+                inner = next((x._trace for x in jax.tree.leaves(probes) if isinstance(x, jax.core.Tracer)), None)
+                m = nnx.merge(graphdef, _copy(state))
+                with recording(m, None, (top, inner), probes=probes):
+                    return _scalar(loss_fn(m, b), "jax_loss")
+
+            return outputs, jax.grad(loss_of)(probes)
+
+        outputs, grads = _call(lambda m, b: _jit_or_eager(gradients, state, b), model, b, "jax_loss")
+        return {
+            k: [[np.zeros(np.shape(a)) if g is None else np.asarray(g) for a, g in zip(oc, gc, strict=True)]
+                for oc, gc in zip(outputs[k], calls, strict=True)]
+            for k, calls in grads.items()
+        }  # fmt: skip
 
 
 def steps(
@@ -227,17 +216,18 @@ def steps(
     """
     name = "jax_step" if step is not None else "jax_loss"
     runs: list[dict] = []
+    used: list = []
     with numerics(dtype), apply_knob(knob):
         b = _batch(batch)  # in x64 for float64: outside it jnp.asarray would round the batch to float32
         if step is None:
             step = _optimizer_step(model, loss_fn, optimizer, runs)
     for _ in range(k):
         # the settings and the knob hold for the step only: between steps the caller runs torch
-        with numerics(dtype), apply_knob(knob):
+        with numerics(dtype), apply_knob(knob), _exact_attention(dtype, used):
             loss = _scalar(_call(step, model, b, name), name)
             out = {"loss": np.asarray(loss), "values": native(model)}
         if runs:
-            out["run"] = runs.pop()
+            out["run"] = dict(runs.pop(), exact_attention=bool(used))
         yield out
         del out  # not held while the next step runs: the caller's copy is all there is
 

@@ -28,6 +28,10 @@ KINDS = {
     "lstm_gate_order": "P09", "lstm_bias_folded": "P09", "layernorm_eps": "P05", "rmsnorm_eps": "P05",
     "mask_polarity": "P12", "stop_gradient": "basics", "untied_lm_head": "tied_weights",
     "untied_head": "tied_weights", "bn_batch_stats": "P06",
+    "attention_scale": "attention_scale", "softmax_scale": "attention_scale", "causal_mask_diagonal": "causal_diagonal",
+    "causal_diagonal": "causal_diagonal", "rotary_layout": "rotary_layout", "rotary_theta": "rotary_theta",
+    "gqa_heads_tiled": "gqa_heads", "gqa_tiled": "gqa_heads", "swiglu_swapped": "gated_mlp_order",
+    "embedding_scaled": "embedding_scale", "token_type_dropped": "token_type",
 }  # fmt: skip
 
 
@@ -42,8 +46,10 @@ def located(row: dict) -> bool | None:
         return " at loss " in first
     if where in ("module", "loader", "none", "") or row["kind"] == "correct":
         return None
-    torch = first.split("(torch ", 1)[1].split(")", 1)[0] if "(torch " in first else ""
-    return any(name == where or name.startswith(where + ".") for name in torch.split(" + "))
+    names = []  # the torch modules of the forward's first parting, and of the backward's (forward or backward)
+    for line in (first, row.get("backward_parting", "")):
+        names += line.split("(torch ", 1)[1].split(")", 1)[0].split(" + ") if "(torch " in line else []
+    return any(name == where or name.startswith(where + ".") for name in names)
 
 
 # why a case is not named (or names something else), as far as it is understood; kept with the measurement
@@ -94,6 +100,8 @@ def measure(folder: Path, only: list[str]) -> list[dict]:
         row["outcome"] = outcome(row)
         first = [line for line in proc.stdout.splitlines() if line.startswith("float64: first parting")]
         row["first_parting"] = first[0][:200] if first else ""
+        back = [line for line in proc.stdout.splitlines() if line.startswith("float64: backward parting")]
+        row["backward_parting"] = back[0][:200] if back else ""
         row["located"] = located(row)
         print(f"{name:40} {row['kind']:22} exit {row['exit']} {row['outcome']:12} {','.join(names)} {row['error'][:120]}",
               flush=True)  # fmt: skip

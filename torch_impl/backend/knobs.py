@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._layout import EPS_NAMES, norm_like
+from . import transformer_knobs
 from .layout import activation_of
 
 __all__ = ["knobs", "knob"]
@@ -46,6 +47,7 @@ _KNOBS = (
     "flatten_channels_last",
     "linear_transposed",
     "std_correction_flipped",
+    *transformer_knobs.KNOBS,  # attention, rotary, gated MLP, embeddings: transformer_knobs.py
 )
 
 
@@ -101,7 +103,8 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
     for (owner, attr, make), (original, _) in zip(patches, originals, strict=True):
         setattr(owner, attr, make(original))
     try:
-        yield
+        with transformer_knobs.knob(model, names):
+            yield
     finally:
         for (owner, attr, _), (original, own) in zip(patches, originals, strict=True):
             if own:

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .._layout import EPS_NAMES, Leaf, load_params, norm_like, params_of
+from . import transformer_knobs
 from .layout import activation_of, named_leaves, owned, register, rule_for
 
 __all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load", "register"]
@@ -112,6 +113,8 @@ def _config(m: nn.Module) -> dict:
         cfg["eps"] = eps
     if isinstance(m, _NORMS) or norm_like(m):
         cfg["kind"] = "norm"
+    if transformer_knobs.kind_of(m):  # "attention", "rotary", "gated_mlp": what the transformer knobs change
+        cfg["kind"] = transformer_knobs.kind_of(m)
     if activation_of(m):  # what it computes: "gelu_tanh" for nn.GELU(approximate="tanh") and HF's gelu_new
         cfg["kind"] = activation_of(m)
     if isinstance(m, nn.modules.conv._ConvNd):

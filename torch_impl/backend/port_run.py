@@ -17,33 +17,20 @@ Reference: PyTorch docs, nn.Module.register_forward_hook, torch.optim.Adam(decou
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from .._common import numerics
 from .knobs import knob as apply_knob
 from .knobs import knobs
 from .layout import named_leaves
-from .outputs import output_axes
 from .port import _bare, _key, _units, read
+from .record import _tensors, recording
 
-__all__ = ["knobs", "repeat_loss", "run_loss", "steps", "train"]
-
-
-def _tensors(out) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, tuple | list):
-        return [a for o in out for a in _tensors(o)]
-    if isinstance(out, Mapping):
-        return [a for o in out.values() for a in _tensors(o)]
-    return []
+__all__ = ["knobs", "repeat_loss", "run_loss", "cotangents", "steps", "train"]
 
 
 def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -129,62 +116,41 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
         return _run(model, _batch(batch), loss_fn)
 
 
-_NARROW = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)  # below float64's precision
+def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> dict:
+    """The gradient of the loss w.r.t. every submodule's output, per call: the gradient arriving at it in the
+    backward (its cotangent), for localising a backward that parts where the forward matches.
 
-
-class _Islands(TorchDispatchMode):
-    """Records where a float64 forward computes in a narrower dtype: HF's Llama RMSNorm, rotary cos / sin
-    and labels= loss run in float32 inside a float64 model. An op's narrow result is charged to the
-    innermost module running (the stack the forward pre-hooks keep), or to the loss outside them."""
-
-    def __init__(self, stack: list[str], finished: list[str], islands: dict) -> None:
-        super().__init__()
-        self.stack, self.finished, self.islands = stack, finished, islands
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.dtype in _NARROW:
-                where = self.stack[-1] if self.stack else "(loss)"
-                # where: (dtype, how many modules had finished before it: those are upstream of it)
-                self.islands.setdefault(where, (str(t.dtype).removeprefix("torch."), len(self.finished)))
-        return out
-
-
-@contextlib.contextmanager
-def _hooks(
-    model: nn.Module, outputs: dict[str, list], islands: dict | None = None, layouts=None
-) -> Iterator[list[str]]:
-    """Every submodule's outputs per call (and in `layouts` their named axes, outputs.py); with `islands`
-    (a float64 run), where it computes narrower. Yields the module paths in the order their calls finished."""
-    stack: list[str] = []
-    finished: list[str] = []
-    known: dict = {}  # id(tensor) -> (tensor, its named axes): what a module without a rule passes on
-
-    def pre(name: str):
-        return lambda module, args: stack.append(name) and None
+    A hook on each output tensor keeps its .grad in the backward (the total over every use of it). Call it on
+    a copy: a train-mode BatchNorm moves its statistics.
+    Returns:
+      {module path: [[array per output tensor] per call]}, as run_loss's "outputs"; zeros where an output
+      is outside the graph (computed under no_grad, or from frozen leaves only).
+    Raises:
+      ValueError: the loss raised or is not a scalar.
+    """
+    grads: dict[str, list] = {}
 
     def post(name: str):
         def hook(module, args, out) -> None:
             tensors = _tensors(out)
-            outputs.setdefault(name, []).append([t.detach().cpu().numpy().copy() for t in tensors])
-            if layouts is not None:
-                layouts.setdefault(name, []).append(output_axes(module, args, tensors, known))
-            if stack and stack[-1] == name:
-                stack.pop()
-            finished.append(name)
+            slot = [np.zeros(tuple(t.shape)) for t in tensors]
+            grads.setdefault(name, []).append(slot)
+            for i, t in enumerate(tensors):
+                if t.requires_grad:
+                    t.register_hook(lambda g, slot=slot, i=i: slot.__setitem__(i, g.detach().cpu().numpy().copy()))
 
         return hook
 
-    handles = [h for p, sub in model.named_modules() for h in (
-        sub.register_forward_pre_hook(pre(_key(p))), sub.register_forward_hook(post(_key(p))))]  # fmt: skip
-    mode = _Islands(stack, finished, islands) if islands is not None else contextlib.nullcontext()
-    try:
-        with mode:
-            yield finished
-    finally:
-        for h in handles:
-            h.remove()
+    with numerics(dtype):
+        handles = [sub.register_forward_hook(post(_key(p))) for p, sub in model.named_modules()]
+        try:
+            loss = _scalar(_call(loss_fn, model, _batch(batch), "torch_loss"), "torch_loss")
+        finally:
+            for h in handles:
+                h.remove()
+        if loss.requires_grad:
+            loss.backward()
+    return grads
 
 
 def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable | None = None) -> dict:
@@ -192,7 +158,7 @@ def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable 
     layouts: dict[str, list] = {}
     wide = any(p.dtype == torch.float64 for p in model.parameters())
     islands: dict | None = {} if wide else None  # only a float64 forward can hide a narrower island
-    with _hooks(model, outputs, islands, layouts) as finished:
+    with recording(model, outputs, islands, layouts) as finished:
         loss = _scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")
     if loss.requires_grad:  # a loss computed from stopped values only has no graph: every .grad stays None
         loss.backward()

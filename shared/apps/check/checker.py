@@ -178,6 +178,11 @@ def check_port(
         report.seconds[dtype] = time.perf_counter() - t
         passes[dtype] = p  # float32's arrays are all let go: its diagnosis reads rows only
     report.notes += c.plan.notes
+    if passes["float64"].jax.get("exact_attention"):
+        report.notes.append(
+            "float64 pass: the port's jax.nn.dot_product_attention ran with its softmax in float64 (JAX takes it "
+            "in float32 whatever the inputs: rounding, not the port's maths); the float32 pass runs it as it is"
+        )
     p64 = passes["float64"]
     for key, (_, shape) in p64.orders.items():
         flat = ", ".join(f"{n}" for n in shape)
@@ -186,6 +191,10 @@ def check_port(
             f"[{', '.join(str(n) for n in (*shape[1:], shape[0]))}], an NHWC port's loader): weights, gradients "
             "and steps compared in that order"
         )
+    forward = report.failed("float64", "outputs") + report.failed("float64", "loss")
+    if report.failed("float64", "grads") and not forward:  # the forward cannot say where: the backward can
+        c.progress("float64: the gradient arriving at each module ...")
+        report.rows += c._backward(p64)
     report.dropped = sorted({f"{c.plan.torch_name([k])}: {why}" for k, why in p64.dropped.items()})
     report.flow = flow.diff(p64, c.plan)
     c.progress("diagnosis ...")

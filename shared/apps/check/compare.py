@@ -16,22 +16,11 @@ import numpy as np
 
 from ...core.parity import TOLERANCES, Tolerance, compare
 from .match import Plan, translate
+from .noise import DRIFT, NOISE, NOISE64, NOISE64_GAP, ROUNDING_BOUND, noise_entries
 from .pairing import flatten_orders, pair
 from .report import Row
 
-__all__ = [
-    "TOLERANCE",
-    "STEP_TOLERANCE",
-    "NOISE",
-    "NOISE64",
-    "DRIFT",
-    "ROUNDING_BOUND",
-    "Judge",
-    "Pass",
-    "floor",
-    "noise_entries",
-    "rows_of",
-]
+__all__ = ["backward_rows", "TOLERANCE", "STEP_TOLERANCE", "Judge", "Pass", "floor", "rows_of"]
 
 # float64: the package's parity bound (a bug, not rounding); float32: the noise of a deep float32 forward.
 # Steps are held to the model's parameter scale, not each leaf's: a leaf whose gradient vanishes in exact
@@ -87,49 +76,6 @@ class Pass:
     orders: dict = field(default_factory=dict)  # NNX kernel -> (row order, [C, *spatial]): pairing.flatten_orders
 
 
-NOISE_BOUND = 1e-6  # a float64 gradient entry below this fraction of the model's largest: float32 cannot resolve it
-NOISE = (
-    "float32 steps: Adam's updates of entries whose float64 gradient is below float32's resolution "
-    f"(≤ {NOISE_BOUND:g} of the largest: zero in exact arithmetic, as attention's key bias) are rounding noise "
-    "scaled to the learning rate; the rest of the leaf matches"
-)
-
-
-NOISE64_GAP = 1e-6  # float64: the most two sides' noise-driven steps may differ, as a fraction of the model's scale
-ROUNDING_BOUND = (
-    1e-12  # a float64 gradient entry at most this fraction of the largest, on both sides: a zero's rounding
-)
-NOISE64 = (
-    "float64 steps: the updates of entries whose float64 gradient is rounding on both sides "
-    f"(≤ {ROUNDING_BOUND:g} of the largest: zero in exact arithmetic, as a bias before a train-mode BatchNorm) "
-    "are that rounding, which Adam scales to the learning rate; the rest of the leaf matches"
-)
-
-
-DRIFT = (
-    "steps: a running statistic (a buffer, no gradient) fed by the noise-driven entries explained above: "
-    "within their drift"
-)
-
-
-def noise_entries(grads: dict, other: dict | None = None, bound: float = NOISE_BOUND) -> dict[str, np.ndarray]:
-    """{NNX key: bool mask} of the float64 gradient entries a step cannot resolve: at most `bound` of the largest
-    |g| (NOISE_BOUND: float32's resolution; ROUNDING_BOUND: float64's own rounding) on both sides (`grads`
-    torch's, `other` JAX's), and not exactly zero on both (a zero both sides agree on stays zero, and Adam
-    leaves it: decay on a frozen leaf must still show)."""
-    other = other or {}
-    top = max((float(np.max(np.abs(g))) for g in grads.values() if np.size(g)), default=0.0)
-    out = {}
-    for key, g in grads.items():
-        a = np.abs(np.asarray(g))
-        o = np.asarray(other.get(key, g))
-        b = np.abs(o) if o.shape == a.shape else a
-        mask = (np.maximum(a, b) <= bound * top) & ((a > 0) | (b > 0))
-        if mask.any():
-            out[key] = mask
-    return out
-
-
 def island(islands: dict) -> str:
     """The sentence of a report on where the float64 reference computes in a narrower dtype."""
     where = list(dict.fromkeys(re.sub(r"(^|/)\d+(?=/|$)", r"\1*", p).replace("/", ".") for p in islands))
@@ -180,7 +126,7 @@ class Judge:
         steps = section == "steps" and key != "loss"
         tol, scale = (STEP_TOLERANCE if steps else TOLERANCE), (self.scale if steps else None)
         bound = tol[dt]
-        if dt == "float64" and section in ("outputs", "loss", "grads") and t.dtype.kind == "f" and t.size:
+        if dt == "float64" and section in ("outputs", "loss", "grads", "backward") and t.dtype.kind == "f" and t.size:
             # the floor at the quantity's scale: a gradient's is the whole gradient's (a leaf that vanishes
             # in exact arithmetic is judged at the model's gradient scale), an output's and the loss's their own
             size = self.grad_scale if section == "grads" else float(np.max(np.abs(t)))
@@ -188,7 +134,11 @@ class Judge:
         row = _row(dt, section, key, torch_name, j, t, bound, step, scale)
         downstream = first is not None and (section != "outputs" or self.finished.get(path, -1) >= first)
         if not row.ok and downstream and section != "weights":
-            wide = _row("float32", section, key, torch_name, j, t, tol["float32"], step, scale)
+            # float32's absolute floor at the quantity's magnitude: 1e-6 is some ulps of a value of 1, not of 4
+            wide32 = tol["float32"]
+            if not steps and t.dtype.kind == "f" and t.size:
+                wide32 = Tolerance(rtol=wide32.rtol, atol=wide32.atol * max(1.0, float(np.max(np.abs(t)))))
+            wide = _row("float32", section, key, torch_name, j, t, wide32, step, scale)
             if wide.ok:
                 row.ok, row.explained, row.problem = True, self.why, ""
         if not row.ok and steps and key in self.noise and self.noise[key].shape == np.shape(j):
@@ -212,6 +162,12 @@ class Judge:
         self.rows.append(row)
         return row
 
+    def _islands(self) -> None:
+        islands = self.p.torch.get("islands") or {}
+        self.first = min((at for _, at in islands.values()), default=None)
+        self.finished = {path: i for i, path in enumerate(self.p.torch.get("finished", []))}
+        self.why = island(islands) if islands else ""
+
     def _noise_limit(self) -> float:
         """How far apart noise-driven steps may be: in float64 the two sides' roundings nearly agree, so 1e-6 of
         the model's scale, and a bug that moves those entries further (decay, a shift, another lr) differs there;
@@ -226,28 +182,14 @@ class Judge:
 
     def run(self) -> list[Row]:
         """The weights, every submodule's output in call order, the loss and every gradient; the rows added."""
-        p, pl, before = self.p, self.pl, len(self.rows)
-        islands = p.torch.get("islands") or {}
-        self.first = min((at for _, at in islands.values()), default=None)
-        self.finished = {path: i for i, path in enumerate(p.torch.get("finished", []))}
-        self.why = island(islands) if islands else ""
+        p, before = self.p, len(self.rows)
+        self._islands()
         # a dense kernel loaded in channels-last flatten order (an NHWC port's head): compared in that order
         p.orders = flatten_orders(p.expected, p.actual, p.torch)
         for key in p.expected:
             if key in p.actual:
                 self._add("weights", key, self._name(key), p.actual[key], self._ordered(key, p.expected[key]))
-        jout, tlay, jlay = p.jax["outputs"], p.torch.get("layouts", {}), p.jax.get("layouts", {})
-        for tpath, calls in p.torch["outputs"].items():
-            alias = translate(tpath.replace("/", "."), pl.mapping)
-            if alias not in jout:
-                continue
-            tspecs, jspecs = tlay.get(tpath, []), jlay.get(alias, [])
-            for i, (ta, ja) in enumerate(zip(calls, jout[alias], strict=False)):
-                ts, js = (tspecs[i] if i < len(tspecs) else None), (jspecs[i] if i < len(jspecs) else None)
-                for n, m, moved in pair(ta, ts, ja, js):
-                    suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
-                    self._add("outputs", f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", ja[m],
-                              moved, path=tpath)  # fmt: skip
+        self.outputs("outputs", p.torch["outputs"], p.jax["outputs"])
         self._add("loss", "loss", "torch_loss", p.jax["loss"], p.torch["loss"])
         tg = p.torch["grads_native"]
         self.grad_scale = max((float(np.max(np.abs(g))) for g in tg.values() if np.size(g)), default=float("inf"))
@@ -257,6 +199,24 @@ class Judge:
                 continue  # frozen on both sides (torch None, outside JAX's wrt): the flow diff's business, no gradient to compare
             if key in tg:
                 self._add("grads", key, self._name(key), g, self._ordered(key, tg[key]))
+        return self.rows[before:]
+
+    def outputs(self, section: str, tout: dict, jout: dict) -> list[Row]:
+        """Each module's arrays per call, paired by the mapping and compared in torch's layout (named axes of
+        the recorded run): its outputs, or the gradients arriving at them ("backward"); the rows added."""
+        p, pl, before = self.p, self.pl, len(self.rows)
+        tlay, jlay = p.torch.get("layouts", {}), p.jax.get("layouts", {})
+        for tpath, calls in tout.items():
+            alias = translate(tpath.replace("/", "."), pl.mapping)
+            if alias not in jout:
+                continue
+            tspecs, jspecs = tlay.get(tpath, []), jlay.get(alias, [])
+            for i, (ta, ja) in enumerate(zip(calls, jout[alias], strict=False)):
+                ts, js = (tspecs[i] if i < len(tspecs) else None), (jspecs[i] if i < len(jspecs) else None)
+                for n, m, moved in pair(ta, ts, ja, js):
+                    suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
+                    self._add(section, f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", ja[m],
+                              moved, path=tpath)  # fmt: skip
         return self.rows[before:]
 
     def step(self, s: int, ts: dict, js: dict) -> list[Row]:
@@ -269,10 +229,21 @@ class Judge:
         return self.rows[before:]
 
 
+def backward_rows(p: Pass, pl: Plan, transfer: bool, tcot: dict, jcot: dict) -> list[Row]:
+    """The gradient arriving at each module's output ("backward" rows), torch's `tcot` against JAX's `jcot`
+    ({module path: [[array] per call]}, port_run.cotangents), paired and laid out as the pass's outputs."""
+    judge = Judge(p, pl, transfer)
+    judge._islands()  # the gradient comes back through the reference's float32 islands: judged as downstream of them
+    return judge.outputs("backward", tcot, jcot)
+
+
 def rows_of(p: Pass, pl: Plan, transfer: bool) -> list[Row]:
     """Every comparison of one pass, in the order of the check (weights, outputs, loss, grads, steps):
     the steps both sides hold (a replay compares the steps its original kept: Pass.torch_steps)."""
     judge = Judge(p, pl, transfer)
+    tg, jg = p.torch.get("grads_native") or {}, p.jax.get("grads") or {}
+    if p.dtype == "float64" and tg and jg:  # as the pass judged its steps: a zero's rounding is not a difference
+        judge.noise, judge.noise_why = noise_entries(tg, jg, ROUNDING_BOUND), NOISE64
     judge.run()
     jax_steps = {st["step"]: st for st in p.jax_steps}
     for ts in p.torch_steps:

@@ -40,7 +40,7 @@ def _hint(pitfall: str, title: str, where: str, evidence: str, confirmed: bool =
 
 
 def _failing(rows: list[Row]) -> set[tuple]:
-    return {(r.section, r.step, r.key) for r in rows if not r.ok and r.section != "weights"}
+    return {(r.section, r.step, r.key) for r in rows if not r.ok and r.section not in ("weights", "backward")}
 
 
 def _types(structures) -> dict[str, set[str]]:
@@ -73,7 +73,7 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
     failing = _failing(base)
     if not failing:
         return []
-    first = next(r for r in base if not r.ok and r.section != "weights")
+    first = next(r for r in base if not r.ok and r.section not in ("weights", "backward"))
     # a JAX-side precision replay costs new compiles: only for a float32-sized difference in float64
     rounding = 1e-9 < first.max_rel < 1e-5
     hints = []
@@ -91,7 +91,7 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
             continue
         title = replay.title or d.title
         change = f"{replay.side} changed ({replay.knob}: {replay.change})"
-        worst = max((r.used for r in rows if np.isfinite(r.used)), default=0.0)
+        worst = max((r.used for r in rows if np.isfinite(r.used) and not r.explained), default=0.0)
         if not after:
             ev = (f"with {change}, all {len(rows)} float64 quantities match "
                   f"(worst at {worst:.2g} of the tolerance); before: {len(failing)} differed, the first at "
@@ -100,7 +100,8 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
         elif (first.section, first.step, first.key) in fixed:
             ev = f"with {change}, {len(fixed)} of {len(failing)} differences vanish, the first one included"
             hints.append(_hint(d.id, title, first.where, ev))
-    return hints
+    # a replay that explains every difference makes the partial ones moot: they explain part of the same one
+    return [h for h in hints if h.confirmed] or hints
 
 
 def _ties(report, p, plan) -> tuple[list[Hint], set[str]]:
@@ -204,9 +205,10 @@ def _dropped(p, plan) -> list[Hint]:
 def diagnose(report, passes: dict, plan, structures, transfer: bool = True, steps: int = 0) -> list[Hint]:
     """Hints for a report (see module docstring), confirmed ones first; [] when everything matches."""
     p = passes["float64"]
-    hints = _dropped(p, plan)
+    hints, replayed = _dropped(p, plan), []
     if report.failed("float64"):
-        hints += _replays(report, p, plan, structures, transfer, steps)
+        replayed = _replays(report, p, plan, structures, transfer, steps)
+        hints += replayed
         tied, explained = _ties(report, p, plan)
         hints += tied + _values(report, p, explained) + _steps(report, p, plan)
         confirmed = {x.pitfall for x in hints if x.confirmed}
@@ -216,11 +218,17 @@ def diagnose(report, passes: dict, plan, structures, transfer: bool = True, step
             found = sig.fn(report)
             if found:
                 hints.append(_hint(d.id, sig.title or d.title, *found))
-    for line in report.mismatches:
+    # a replay that makes every float64 quantity match explains the gradient flow's differences too
+    for line in [] if any(h.confirmed for h in replayed) else report.mismatches:
         for d, sig in catalogue.signatures("flow"):
-            ev = sig.fn(line)
+            ev = sig.fn(line, report)
             if ev:
                 hints.append(_hint(d.id, sig.title or d.title, line.keys, ev))
+    back = report.backward_parting()
+    for d, sig in catalogue.signatures("backward") if back is not None else ():
+        ev = sig.fn(back)
+        if ev:
+            hints.append(_hint(d.id, sig.title or d.title, back.where, ev))
     if report.failed("float64") and not hints:
         r = report.first_parting("float64")
         tried = ", ".join(f"{rp.side}:{rp.knob}" for _, rp in _applicable(structures, steps))

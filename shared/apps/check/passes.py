@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterator, Mapping
 import numpy as np
 
 from . import budget, flow
-from .compare import NOISE64, ROUNDING_BOUND, Judge, Pass, noise_entries
+from .compare import Judge, Pass, backward_rows
 from .match import Plan, PortInputError, plan
+from .noise import NOISE64, ROUNDING_BOUND, noise_entries
 
 __all__ = ["Passes"]
 
@@ -197,6 +198,14 @@ class Passes:
 
         p.replay = replay
         return p
+
+    def _backward(self, p: Pass) -> list:
+        """The float64 rows of the gradient arriving at each module (fresh copies of both models)."""
+        tm, jm = self._start("float64")
+        batch = _cast(self.batch, "float64")
+        tcot = self._impl(self.TR.cotangents, tm, batch, self.losses[0], "float64")
+        jcot = self._impl(self.JR.cotangents, jm, batch, self.losses[1], "float64")
+        return backward_rows(p, self.plan, self.transfer, tcot, jcot)
 
     def _torch_grads(self, p: Pass, jm, pl: Plan) -> None:
         grads = p.torch.pop("grads")  # canonical: mapped to the NNX layout, then let go

@@ -15,7 +15,9 @@ import numpy as np
 
 __all__ = ["Row", "Hint", "FlowLine", "PortReport", "PortMismatch"]
 
-SECTIONS = ("weights", "outputs", "loss", "grads", "steps")
+# "backward": the gradient arriving at each module's output, compared where the forward matched and the
+# gradients did not (a stop, a custom VJP, a detach inside a block)
+SECTIONS = ("weights", "outputs", "loss", "grads", "backward", "steps")
 
 
 @dataclass
@@ -101,6 +103,13 @@ class PortReport:
         failed = self.failed(dtype)
         return failed[0] if failed else None
 
+    def backward_parting(self) -> Row | None:
+        """In backward order (the reverse of the forward's), the first module whose output matches and whose
+        incoming gradient does not: the stop, detach or custom VJP lies between it and the module downstream."""
+        outputs = {r.key: r.ok for r in self.rows if r.dtype == "float64" and r.section == "outputs"}
+        rows = [r for r in self.rows if r.dtype == "float64" and r.section == "backward"]
+        return next((r for r in reversed(rows) if not r.ok and outputs.get(r.key, False)), None)
+
     def named(self) -> list[str]:
         """The pitfall ids the hints name (confirmed first)."""
         hints = sorted(self.hints, key=lambda h: not h.confirmed)
@@ -180,6 +189,13 @@ class PortReport:
                 step = f" step {row.step}" if row.step else ""
                 what = row.problem or f"max |jax-torch| {row.max_abs:.3g}"
                 out.append(f"{dtype}: first parting at {row.section}{step} {row.key} (torch {row.torch}): {what}")
+        back = self.backward_parting()
+        if back is not None:
+            out.append(
+                f"float64: backward parting at {back.key} (torch {back.torch}): its output matches, the gradient "
+                f"arriving at it differs ({back.problem or f'max |jax-torch| {back.max_abs:.3g}'}): a stop, detach or "
+                "custom VJP between it and the modules downstream, whose gradients match"
+            )
         out += [f"dropped: {line}" for line in self.dropped]
         out += [f"gradient flow: {f.text}" for f in self.mismatches]
         out += [f"hint: {h}" for h in self.hints]
@@ -226,6 +242,7 @@ class PortReport:
             "flow": [asdict(f) for f in self.flow],
             "hints": [asdict(h) for h in self.hints],
             "named": self.named(),
+            "backward_parting": (lambda r: r and {"key": r.key, "torch": r.torch})(self.backward_parting()),
             "dropped": list(self.dropped),
             "notes": list(self.notes),
         }

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from . import flow, layouts, norms, numerics, optimizers
+from . import attention, flow, layouts, norms, numerics, optimizers
 from .kinds import Diagnosis, Replay, Signature
 
 __all__ = ["Diagnosis", "Replay", "Signature", "CATALOGUE", "get", "replays", "signatures"]
 
-CATALOGUE: dict[str, Diagnosis] = {d.id: d for m in (norms, layouts, numerics, optimizers, flow) for d in m.RECORDS}
+CATALOGUE: dict[str, Diagnosis] = {
+    d.id: d for m in (norms, layouts, numerics, attention, optimizers, flow) for d in m.RECORDS
+}
 
 
 def get(pitfall: str) -> Diagnosis:

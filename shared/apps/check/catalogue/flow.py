@@ -1,4 +1,5 @@
-"""Gradient flow: a stop missing or extra (basics), a freeze that is not one (frozen_backbone)."""
+"""Gradient flow: a stop missing or extra (basics: by the flow diff, or where the backward parts while the forward
+matches), a freeze that is not one (frozen_backbone)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,23 @@ from .kinds import Diagnosis, Signature
 __all__ = ["RECORDS"]
 
 
-def _freezing(line) -> str | None:
+def _freezing(line, report) -> str | None:
     return line.text if ("frozen" in line.text or "freezes" in line.text) else None
 
 
-def _stop(line) -> str | None:
-    return None if _freezing(line) else line.text
+def _stop(line, report) -> str | None:
+    # a stop leaves the forward as it is: where the forward differs, a leaf with no gradient on one side is
+    # more likely one that side's forward does not use (a dropped position embedding), not a stop
+    forward = report.failed("float64", "outputs") + report.failed("float64", "loss")
+    return None if _freezing(line, report) or forward else line.text
+
+
+def _inside(row) -> str:
+    return (
+        f"the forward matches; the gradient arriving at {row.torch}'s output differs (max |jax-torch| "
+        f"{row.max_abs:.3g}) while the modules downstream get torch's: a stop_gradient, detach or custom VJP "
+        "between them"
+    )
 
 
 RECORDS = (
@@ -25,6 +37,6 @@ RECORDS = (
     Diagnosis(
         "basics",
         "gradient flow differs",
-        signatures=(Signature("flow", _stop),),
+        signatures=(Signature("flow", _stop), Signature("backward", _inside)),
     ),
 )

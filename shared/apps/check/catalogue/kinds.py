@@ -12,7 +12,9 @@ Signature kinds, and what the engine (../diagnose.py) hands each one:
            at step 0 (moved False: confirmed, the loader's reason `why`), or one that torch's
            steps move away from its initial value (moved True: a hypothesis).
   float32  fn(report) -> (where, evidence) | None, when float64 matches and float32 does not.
-  flow     fn(line) -> evidence | None, for each gradient-flow line that does not match.
+  flow     fn(line, report) -> evidence | None, for each gradient-flow line that does not match.
+  backward fn(row) -> evidence | None, for the backward parting (report.backward_parting): the first module,
+           in backward order, whose output matches and whose incoming gradient does not.
   ties     fn(group, values, report) -> evidence | None, for each torch tensor the port gives several
            NNX leaves (group: [(NNX key, layout transposed from the first's)], values: the float64
            pass's {(section, step, key): (jax, torch)}); the keys it explains get no "values" hint.
@@ -27,7 +29,7 @@ import numpy as np
 
 __all__ = ["Replay", "Signature", "Diagnosis", "StepContext", "KINDS"]
 
-KINDS = ("values", "steps", "config", "dropped", "float32", "flow", "ties")
+KINDS = ("values", "steps", "config", "dropped", "float32", "flow", "ties", "backward")
 
 
 @dataclass(frozen=True)

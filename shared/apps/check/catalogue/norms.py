@@ -58,6 +58,8 @@ def _bn_momentum(tm: dict, jm: dict) -> str | None:
         return None
     if not isinstance(jc.get("momentum"), float):  # a BatchNorm of the user's own (no nnx momentum to compare)
         return None
+    if not tc.get("training", True):  # in eval mode the running statistics are read, never updated
+        return None
     if np.isclose(jc["momentum"], 1 - tc["momentum"]):
         return None
     return (

@@ -67,6 +67,13 @@ RECORDS = (
                 "boolean attention masks inverted (torch True = masked, Flax True = attend)",
                 modules=frozenset({"MultiheadAttention"}),
             ),
+            Replay(
+                "torch",
+                "padding_mask_inverted",
+                "the padding mask inverted in every HF attention (1 = attend read as 1 = masked)",
+                title="padding mask polarity inverted",
+                modules=frozenset({"attention"}),
+            ),
         ),
     ),
     Diagnosis(
@@ -82,14 +89,6 @@ RECORDS = (
                 "jax",
                 "matmul_default",
                 "JAX's default matmul precision instead of 'highest' (bfloat16 / TF32 passes)",
-                near_rounding=True,
-            ),
-            Replay(
-                "jax",
-                "attention_full_precision",
-                "jax.nn.dot_product_attention with its softmax in the inputs' dtype, not float32",
-                title="float32 inside float64: jax.nn.dot_product_attention takes its softmax in float32",
-                modules=frozenset({"MultiHeadAttention"}),
                 near_rounding=True,
             ),
         ),

@@ -1,0 +1,105 @@
+"""Port checker, JAX half, recording: every submodule's outputs per call and their named axes, or zero probes
+added to them for the gradient arriving there; the mirror of torch_impl/backend/record.py.
+
+What it does: NNX has no forward hooks, and nnx.capture cannot record inside nnx.RNN's scan: each module
+class's __call__ is wrapped for one traced forward, recording the outputs of this model's instances
+(values inside a scan are skipped: only the jitted function's own tracers are kept). With `probes`, the
+wrapper adds them to the same outputs instead: their gradient is each module's incoming gradient.
+Gradient flow: a probe is a zero added on the graph: the values stay, the gradient w.r.t. it is the
+cotangent of the output.
+Port note: every __call__ is restored when the with ends.
+Shapes: as the model's outputs.
+Reference: Flax NNX docs (nnx.iter_modules); JAX docs, tracers and jax.grad.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import jax
+from flax import nnx
+
+from .outputs import output_axes
+from .port import _key, _sequential_alias
+
+__all__ = ["recording"]
+
+
+def _kept(x, top) -> bool:
+    # eager (top None): concrete arrays; under jit: tracers of the jitted function itself, not of a scan inside
+    # it; `top` a tuple: any of those traces (a gradient's inside the jit, None for concrete arrays)
+    if not isinstance(x, jax.Array):
+        return False
+    tops = top if isinstance(top, tuple) else (top,)
+    if not isinstance(x, jax.core.Tracer):
+        return None in tops
+    return any(getattr(x, "_trace", None) is t for t in tops if t is not None)
+
+
+def _leaves(tree, top) -> list[jax.Array]:
+    return [x for x in jax.tree.leaves(tree) if _kept(x, top)]
+
+
+def _probed(out, calls: list, n: int, top):
+    """`out` with the n-th call's probes added to the arrays `_leaves` would record (zeros: the values
+    are unchanged; the loss's gradient w.r.t. them is the gradient arriving at the module's output)."""
+    probes = iter(calls[n] if n < len(calls) else ())
+
+    def add(x):
+        if not _kept(x, top):
+            return x
+        probe = next(probes, None)
+        return x + probe if probe is not None and probe.shape == x.shape else x
+
+    return jax.tree.map(add, out)
+
+
+@contextlib.contextmanager
+def recording(model, outputs: dict[str, list] | None, top=None, layouts=None, probes=None) -> Iterator[None]:
+    """Every submodule's outputs per call into `outputs` {path: [[array] per call]} (and in `layouts` their
+    named axes, outputs.py), the arrays `top`'s trace made (None: concrete ones; a tuple: any of those traces);
+    with `probes` (same shape), the probes added to those outputs instead (`outputs` unused)."""
+    # NNX has no forward hooks and nnx.capture cannot record inside nnx.RNN's scan: wrap each module
+    # class's __call__ for the duration of one forward, recording the instances of this model only
+    modules = dict(nnx.iter_modules(model))
+    alias = _sequential_alias(modules)
+    names = {id(m): _key(alias(p)) for p, m in modules.items()}
+    classes = {type(m) for m in modules.values()}
+    found = {
+        cls: next((c.__dict__["__call__"] for c in cls.__mro__ if "__call__" in c.__dict__), None) for cls in classes
+    }
+    originals = {cls: call for cls, call in found.items() if call is not None}  # containers (nnx.List) are not called
+    own = {cls: "__call__" in cls.__dict__ for cls in classes}
+    known: dict = {}  # id(array) -> (array, its named axes): what a module without a rule passes on
+
+    counts: dict[str, int] = {}
+
+    def wrap(call):
+        def recorded(self, *args, **kwargs):
+            out = call(self, *args, **kwargs)
+            if id(self) in names and probes is not None:
+                n = counts[names[id(self)]] = counts.get(names[id(self)], -1) + 1
+                return _probed(out, probes.get(names[id(self)], []), n, top)
+            if id(self) in names:
+                arrays = _leaves(out, top)
+                if arrays:  # the steps of a scan inside are not recorded
+                    outputs.setdefault(names[id(self)], []).append(arrays)
+                    whole = len(arrays) == sum(isinstance(x, jax.Array) for x in jax.tree.leaves(out))
+                    specs = output_axes(self, args, kwargs, arrays, known) if whole else [None] * len(arrays)
+                    if layouts is not None:
+                        layouts.setdefault(names[id(self)], []).append(specs)
+            return out
+
+        return recorded
+
+    try:
+        for cls, call in originals.items():
+            cls.__call__ = wrap(call)
+        yield
+    finally:
+        for cls, call in originals.items():
+            if own[cls]:
+                cls.__call__ = call
+            else:
+                del cls.__call__

@@ -1,0 +1,95 @@
+"""Port checker, torch half, recording: every submodule's outputs per call, their named axes, and where a
+float64 forward computes narrower; the mirror of jax_impl/backend/record.py.
+
+What it does: forward pre- and post-hooks on every submodule copy each output as it comes (outputs.py
+names its axes); with a float64 model, a TorchDispatchMode notes each op whose result is float32 or
+narrower, charged to the innermost module running (HF's Llama RMSNorm, rotary cos / sin, labels= loss):
+the checker's float32 islands.
+Gradient flow: none here; the outputs are detached copies.
+Port note: the hooks are removed when the with ends; the user's own hooks stay and run in their order.
+Shapes: as the model's outputs.
+Reference: PyTorch docs, nn.Module.register_forward_hook, torch.utils._python_dispatch.TorchDispatchMode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from .outputs import output_axes
+from .port import _key
+
+__all__ = ["recording"]
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, tuple | list):
+        return [a for o in out for a in _tensors(o)]
+    if isinstance(out, Mapping):
+        return [a for o in out.values() for a in _tensors(o)]
+    return []
+
+
+_NARROW = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)  # below float64's precision
+
+
+class _Islands(TorchDispatchMode):
+    """Records where a float64 forward computes in a narrower dtype: HF's Llama RMSNorm, rotary cos / sin
+    and labels= loss run in float32 inside a float64 model. An op's narrow result is charged to the
+    innermost module running (the stack the forward pre-hooks keep), or to the loss outside them."""
+
+    def __init__(self, stack: list[str], finished: list[str], islands: dict) -> None:
+        super().__init__()
+        self.stack, self.finished, self.islands = stack, finished, islands
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dtype in _NARROW:
+                where = self.stack[-1] if self.stack else "(loss)"
+                # where: (dtype, how many modules had finished before it: those are upstream of it)
+                self.islands.setdefault(where, (str(t.dtype).removeprefix("torch."), len(self.finished)))
+        return out
+
+
+@contextlib.contextmanager
+def recording(
+    model: nn.Module, outputs: dict[str, list], islands: dict | None = None, layouts=None
+) -> Iterator[list[str]]:
+    """Every submodule's outputs per call (and in `layouts` their named axes, outputs.py); with `islands`
+    (a float64 run), where it computes narrower. Yields the module paths in the order their calls finished."""
+    stack: list[str] = []
+    finished: list[str] = []
+    known: dict = {}  # id(tensor) -> (tensor, its named axes): what a module without a rule passes on
+
+    def pre(name: str):
+        return lambda module, args: stack.append(name) and None
+
+    def post(name: str):
+        def hook(module, args, out) -> None:
+            tensors = _tensors(out)
+            outputs.setdefault(name, []).append([t.detach().cpu().numpy().copy() for t in tensors])
+            if layouts is not None:
+                layouts.setdefault(name, []).append(output_axes(module, args, tensors, known))
+            if stack and stack[-1] == name:
+                stack.pop()
+            finished.append(name)
+
+        return hook
+
+    handles = [h for p, sub in model.named_modules() for h in (
+        sub.register_forward_pre_hook(pre(_key(p))), sub.register_forward_hook(post(_key(p))))]  # fmt: skip
+    mode = _Islands(stack, finished, islands) if islands is not None else contextlib.nullcontext()
+    try:
+        with mode:
+            yield finished
+    finally:
+        for h in handles:
+            h.remove()
