@@ -21,6 +21,8 @@ ONE_SIDED = {
     "torch_impl/_layout.py": "Flax kernels are the canonical layout [in, out]: only torch converts (the one rule table)",
     "torch_impl/backend/transformer_knobs.py": "replays change the torch reference only: a port is never run with "
     "another attention, rotary or gated-MLP convention (jax_impl's knobs change precision)",
+    "torch_impl/backend/recurrent_knobs.py": "replays change the torch reference only: a port is never run with "
+    "another GRU bias or LSTM gate convention",
 }
 # public names one side has and the other does not: (module, framework, name) -> reason
 ONE_SIDED_NAMES = {

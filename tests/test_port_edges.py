@@ -175,7 +175,7 @@ class _JaxBN(nnx.Module):
 
 def test_a_batchnorm_of_the_users_own_is_judged_not_an_internal_error() -> None:
     """A class of the user's named BatchNorm has no nnx momentum: the momentum signature says nothing (it raised
-    KeyError: 'momentum', exit 3) and the difference is reported as one."""
+    KeyError: 'momentum', exit 3); its batch statistics in eval mode are named by a replay."""
     tm = _TorchBN().double().eval()
     with torch.no_grad():
         tm.bn.running_mean.fill_(0.3)
@@ -184,4 +184,6 @@ def test_a_batchnorm_of_the_users_own_is_judged_not_an_internal_error() -> None:
     report = check_port(tm, _JaxBN(), batch, torch_loss=lambda m, b: m(b["x"]).pow(2).mean(),
                         jax_loss=lambda m, b: (m(b["x"]) ** 2).mean(), steps=0)  # fmt: skip
     assert not report.ok and report.first_parting("float64").key == "bn", report.table()
-    assert report.named() == ["unexplained"], report.named()  # no momentum to compare: no P06 momentum hint
+    # no momentum to compare: no momentum hint; the bug itself (batch statistics in eval mode) is replayed
+    assert [(h.pitfall, h.confirmed) for h in report.hints] == [("P06", True)], report.table()
+    assert "bn_batch_stats" in report.hints[0].evidence and "momentum" not in report.hints[0].title

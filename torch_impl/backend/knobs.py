@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._layout import EPS_NAMES, norm_like
-from . import transformer_knobs
+from . import recurrent_knobs, transformer_knobs
 from .layout import activation_of
 
 __all__ = ["knobs", "knob"]
@@ -47,7 +47,10 @@ _KNOBS = (
     "flatten_channels_last",
     "linear_transposed",
     "std_correction_flipped",
+    "bn_batch_stats",
+    "bn_running_stats",
     *transformer_knobs.KNOBS,  # attention, rotary, gated MLP, embeddings: transformer_knobs.py
+    *recurrent_knobs.KNOBS,  # GRU's b_hn, LSTM gate order and state order: recurrent_knobs.py
 )
 
 
@@ -75,6 +78,14 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
         if "bn_momentum" in names and isinstance(sub, nn.modules.batchnorm._BatchNorm) and sub.momentum is not None:
             saved.append((sub, "momentum", sub.momentum))
             sub.momentum = 1 - sub.momentum
+        stats = {"bn_batch_stats": False, "bn_running_stats": True}  # knob -> the mode whose BatchNorms it changes
+        for name in (n for n in names if n in stats):
+            if isinstance(sub, nn.modules.batchnorm._BatchNorm) and sub.training == stats[name]:
+                # batch statistics in eval (momentum 0: the running ones stay), or the running ones in training
+                sub.forward = lambda x, m=sub, batch=not stats[name]: F.batch_norm(
+                    x, None if batch else m.running_mean, None if batch else m.running_var, m.weight, m.bias,
+                    training=batch, momentum=0.0, eps=m.eps)  # fmt: skip
+                undo.append(_Forget(sub, "forward"))
         if "bn_biased_var" in names and isinstance(sub, nn.modules.batchnorm._BatchNorm):
             undo += [sub.register_forward_pre_hook(_keep_var), sub.register_forward_hook(_biased_var)]
         for gelu in (n for n in names if n in _GELU and activation_of(sub) == _GELU[n][0]):
@@ -97,13 +108,17 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
     patches = [patched] if patched else []
     if names == ("flatten_channels_last",):
         patches = [(owner, attr, _channels_last) for owner, attr in _FLATTENS]
+    if names == ("adam_swapped",):  # the user's own Adam / AdamW in their step too; AdamW's hooked step is its own
+        patches = [
+            (cls, "step", _swapped_decay) for cls in (torch.optim.Adam, torch.optim.AdamW) if "step" in vars(cls)
+        ]
     if names == ("std_correction_flipped",):
         patches = [(owner, attr, _flipped_correction) for owner, attr in _STATISTICS]
     originals = [(getattr(owner, attr), attr in vars(owner)) for owner, attr, _ in patches]
     for (owner, attr, make), (original, _) in zip(patches, originals, strict=True):
         setattr(owner, attr, make(original))
     try:
-        with transformer_knobs.knob(model, names):
+        with transformer_knobs.knob(model, names), recurrent_knobs.knob(model, names):
             yield
     finally:
         for (owner, attr, _), (original, own) in zip(patches, originals, strict=True):
@@ -142,6 +157,21 @@ def _biased_var(bn, args, out) -> None:
         with torch.no_grad():  # the running statistics are buffers, outside the graph
             var = x.var(dim=dims, correction=0)  # biased: nnx's running variance
             kept.copy_((1 - bn.momentum) * kept + bn.momentum * var)
+
+
+def _swapped_decay(step: Callable) -> Callable:
+    # Adam <-> AdamW: coupled L2 (decay added to the gradient) for decoupled (w -= lr·wd·w), and back
+    def swapped(self, *args, **kwargs):
+        for group in self.param_groups:
+            group["decoupled_weight_decay"] = not group["decoupled_weight_decay"]
+        try:
+            return step(self, *args, **kwargs)
+        finally:
+            for group in self.param_groups:
+                group["decoupled_weight_decay"] = not group["decoupled_weight_decay"]
+
+    swapped.hooked = True  # torch.optim wraps an unhooked step in a profiler hook on the class, for good
+    return swapped
 
 
 def _transposed_linear(forward: Callable) -> Callable:

@@ -236,10 +236,8 @@ def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, kn
             "them, e.g. lambda params: torch.optim.Adam(params, lr=1e-3)"
         )
     if knob and "adam_swapped" in knob.split("+"):
-        if any("decoupled_weight_decay" not in g for g in opt.param_groups):
+        if any("decoupled_weight_decay" not in g for g in opt.param_groups):  # the knob swaps it in Adam.step
             raise ValueError(f"knob adam_swapped: expected torch.optim.Adam / AdamW, got {type(opt).__name__}")
-        for group in opt.param_groups:
-            group["decoupled_weight_decay"] = not group["decoupled_weight_decay"]
     calls = []
 
     def step(m, batch):

@@ -136,6 +136,15 @@ RECORDS = (
     Diagnosis(
         "P08",
         "GRU b_hn: nnx.GRUCell has no slot for it",
+        replays=(
+            Replay(
+                "torch",
+                "gru_bhn_outside",
+                "every GRU step adds b_hn outside the reset gate: tanh(W_in x + b_in + r ⊙ (W_hn h) + b_hn)",
+                title="GRU b_hn added outside the reset gate (torch: r ⊙ (W_hn h + b_hn))",
+                modules=frozenset({"GRU"}),
+            ),
+        ),
         signatures=(Signature("dropped", _b_hn),),
     ),
     Diagnosis(
@@ -147,6 +156,20 @@ RECORDS = (
                 "lstm_carry_swapped",
                 "LSTM state returned as (c, h) instead of (h, c), nnx's carry order",
                 title="LSTM carry order: torch (h, c), nnx (c, h)",
+                modules=frozenset({"LSTM"}),
+            ),
+            Replay(
+                "torch",
+                "lstm_state_in_swapped",
+                "the initial LSTM state handed in as (c0, h0): torch's (h0, c0) passed as nnx's (c, h) carry",
+                title="LSTM initial state swapped: torch's (h0, c0) read as nnx's (c, h) carry",
+                modules=frozenset({"LSTM"}),
+            ),
+            Replay(
+                "torch",
+                "lstm_gates_ifog",
+                "the fused LSTM gate rows read as i | f | o | g (torch packs i | f | g | o)",
+                title="LSTM gate order: the port splits the gates as i, f, o, g where torch packs i, f, g, o",
                 modules=frozenset({"LSTM"}),
             ),
         ),

@@ -114,6 +114,20 @@ RECORDS = (
             ),
             Replay(
                 "torch",
+                "bn_batch_stats",
+                "every eval-mode BatchNorm normalises with the batch's statistics (a port left training)",
+                title="BatchNorm in eval mode: the port normalises with batch statistics, torch with running ones",
+                modules=BATCH_NORMS,
+            ),
+            Replay(
+                "torch",
+                "bn_running_stats",
+                "every train-mode BatchNorm normalises with its running statistics (a port left in eval)",
+                title="BatchNorm in training: the port normalises with running statistics, torch with the batch's",
+                modules=BATCH_NORMS,
+            ),
+            Replay(
+                "torch",
                 "bn_momentum+bn_biased_var",
                 "both of the above",
                 modules=BATCH_NORMS,

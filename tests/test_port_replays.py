@@ -1,0 +1,240 @@
+"""Replays of the torch reference on recurrent layers and on the user's own training step
+(torch_impl/backend/recurrent_knobs.py, knobs.py's adam_swapped): small hand-written ports, not the worked
+ones, each with one porting bug, named by a confirmed replay; the same port without the bug matches."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+import torch
+from detach_parity.shared.apps.check import check_port
+from flax import nnx
+from torch import nn
+
+T, B, IN, H = 5, 3, 4, 6
+RNG = np.random.default_rng(7)
+SEQ = {"x": RNG.normal(size=(T, B, IN)), "h0": 0.7 * RNG.normal(size=(B, H)), "c0": 0.7 * RNG.normal(size=(B, H))}
+
+
+def _check(tm, jm, batch, tloss, jloss, **kw):
+    kw.setdefault("steps", 0)
+    return check_port(tm, jm, batch, torch_loss=tloss, jax_loss=jloss, dtypes=("float64",), **kw)
+
+
+def _biased(module: nn.Module) -> nn.Module:
+    with torch.no_grad():  # away from the defaults: a zero bias would hide where b_hn is added
+        for name, p in module.named_parameters():
+            p.add_(torch.rand_like(p) - 0.5 if "bias" in name else 0)
+    return module
+
+
+class TGRU(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.gru = _biased(nn.GRU(IN, H))
+
+    def forward(self, x, h0):
+        return self.gru(x, h0[None])[0]
+
+
+class JGRU(nnx.Module):
+    """A time-major GRU with torch's fused r | z | n kernels and both biases."""
+
+    def __init__(self, outside: bool) -> None:
+        rngs, self.outside = nnx.Rngs(0), outside
+        self.dense_i, self.dense_h = nnx.Linear(IN, 3 * H, rngs=rngs), nnx.Linear(H, 3 * H, rngs=rngs)
+
+    def __call__(self, x, h0):
+        b_hr, b_hz, b_hn = jnp.split(self.dense_h.bias[...], 3)
+
+        def step(h, x_t):
+            i_r, i_z, i_n = jnp.split(self.dense_i(x_t), 3, axis=-1)
+            h_r, h_z, h_n = jnp.split(h @ self.dense_h.kernel[...], 3, axis=-1)
+            r, z = jax.nn.sigmoid(i_r + h_r + b_hr), jax.nn.sigmoid(i_z + h_z + b_hz)
+            n = jnp.tanh(i_n + r * h_n + b_hn) if self.outside else jnp.tanh(i_n + r * (h_n + b_hn))
+            return (1 - z) * n + z * h, (1 - z) * n + z * h
+
+        return jax.lax.scan(step, h0, x)[1]
+
+
+@pytest.mark.parametrize("outside", [False, True])
+def test_p08_b_hn_outside_the_reset_gate_is_named_by_a_replay(outside: bool) -> None:
+    tm = TGRU()
+    report = _check(tm, _JGRUHost(outside), SEQ, lambda m, b: (m(b["x"], b["h0"]) ** 2).mean(),
+                    lambda m, b: (m(b["x"], b["h0"]) ** 2).mean())  # fmt: skip
+    if not outside:
+        assert report.ok, report.table()
+    else:
+        assert [(h.pitfall, h.confirmed) for h in report.hints[:1]] == [("P08", True)], report.table()
+        assert "gru_bhn_outside" in report.hints[0].evidence
+
+
+class _JGRUHost(nnx.Module):
+    def __init__(self, outside: bool) -> None:
+        self.gru = JGRU(outside)
+
+    def __call__(self, x, h0):
+        return self.gru(x, h0)
+
+
+class TLSTM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.lstm = _biased(nn.LSTM(IN, H))
+
+    def forward(self, x, h0, c0):
+        return self.lstm(x, (h0[None], c0[None]))[0]
+
+
+class JLSTM(nnx.Module):
+    """A time-major LSTM with torch's fused i | f | g | o kernels, both biases, and the carry as the port keeps it."""
+
+    def __init__(self, gates: str, state_in: str) -> None:
+        rngs, self.gates, self.state_in = nnx.Rngs(0), gates, state_in
+        self.dense_i, self.dense_h = nnx.Linear(IN, 4 * H, rngs=rngs), nnx.Linear(H, 4 * H, rngs=rngs)
+
+    def __call__(self, x, h0, c0):
+        def step(carry, x_t):
+            c, h = carry
+            blocks = dict(zip(self.gates, jnp.split(self.dense_i(x_t) + self.dense_h(h), 4, axis=-1), strict=True))
+            i, f, g, o = (
+                jax.nn.sigmoid(blocks["i"]),
+                jax.nn.sigmoid(blocks["f"]),
+                jnp.tanh(blocks["g"]),
+                jax.nn.sigmoid(blocks["o"]),
+            )
+            c = f * c + i * g
+            return (c, o * jnp.tanh(c)), o * jnp.tanh(c)
+
+        carry = (c0, h0) if self.state_in == "ch" else (h0, c0)  # "hc": torch's (h0, c0) read as nnx's (c, h)
+        return jax.lax.scan(step, carry, x)[1]
+
+
+class _JLSTMHost(nnx.Module):
+    def __init__(self, gates: str = "ifgo", state_in: str = "ch") -> None:
+        self.lstm = JLSTM(gates, state_in)
+
+    def __call__(self, x, h0, c0):
+        return self.lstm(x, h0, c0)
+
+
+@pytest.mark.parametrize(("gates", "state_in", "knob"), [("ifgo", "ch", None), ("ifog", "ch", "lstm_gates_ifog"),
+                                                          ("ifgo", "hc", "lstm_state_in_swapped")])  # fmt: skip
+def test_p09_lstm_gate_and_state_order_are_named_by_replays(gates: str, state_in: str, knob: str | None) -> None:
+    report = _check(TLSTM(), _JLSTMHost(gates, state_in), SEQ, lambda m, b: (m(b["x"], b["h0"], b["c0"]) ** 2).mean(),
+                    lambda m, b: (m(b["x"], b["h0"], b["c0"]) ** 2).mean())  # fmt: skip
+    if knob is None:
+        assert report.ok, report.table()
+    else:
+        assert [(h.pitfall, h.confirmed) for h in report.hints[:1]] == [("P09", True)], report.table()
+        assert f"({knob}:" in report.hints[0].evidence
+
+
+class TMLP(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.fc1, self.fc2 = nn.Linear(IN, H), nn.Linear(H, 2)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc1(x)))
+
+
+class JMLP(nnx.Module):
+    def __init__(self) -> None:
+        rngs = nnx.Rngs(0)
+        self.fc1, self.fc2 = nnx.Linear(IN, H, rngs=rngs), nnx.Linear(H, 2, rngs=rngs)
+
+    def __call__(self, x):
+        return self.fc2(jnp.tanh(self.fc1(x)))
+
+
+XY = {"x": RNG.normal(size=(8, IN)), "y": RNG.normal(size=(8, 2))}
+
+
+def _t_loss(m, b):
+    return ((m(b["x"]) - b["y"]) ** 2).mean()
+
+
+def _j_loss(m, b):
+    return ((m(b["x"]) - b["y"]) ** 2).mean()
+
+
+def _torch_step():
+    optimizers = {}
+
+    def step(model, batch):  # the user's own step: Adam with weight_decay is coupled L2
+        opt = optimizers.setdefault(id(model), torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1))
+        opt.zero_grad()
+        loss = _t_loss(model, batch)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+def _jax_step(tx):
+    optimizers = {}
+
+    def step(model, batch):
+        opt = optimizers.setdefault(id(model), nnx.Optimizer(model, tx, wrt=nnx.Param))
+        loss, grads = nnx.value_and_grad(_j_loss)(model, batch)
+        opt.update(model, grads)
+        return loss
+
+    return step
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_p10_adam_decay_in_the_users_own_steps_is_named_by_a_replay(decoupled: bool) -> None:
+    coupled = optax.chain(optax.add_decayed_weights(0.1), optax.adam(0.01))  # torch's Adam(weight_decay)
+    tx = optax.adamw(0.01, weight_decay=0.1) if decoupled else coupled
+    report = _check(TMLP(), JMLP(), XY, _t_loss, _j_loss, steps=3, torch_step=_torch_step(), jax_step=_jax_step(tx))
+    if not decoupled:
+        assert report.ok, report.table()
+    else:
+        assert [(h.pitfall, h.confirmed) for h in report.hints[:1]] == [("P10", True)], report.table()
+        assert "adam_swapped" in report.hints[0].evidence
+    # the replay patched torch.optim for its run only
+    assert not getattr(torch.optim.Adam.step, "__name__", "") == "swapped"
+    assert "step" not in vars(torch.optim.AdamW) or vars(torch.optim.AdamW)["step"].__name__ != "swapped"
+
+
+class TBN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.fc, self.bn = nn.Linear(IN, H), nn.BatchNorm1d(H)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.5, 0.5)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+class JBN(nnx.Module):
+    def __init__(self, training: bool) -> None:
+        rngs = nnx.Rngs(0)
+        self.fc = nnx.Linear(IN, H, rngs=rngs)
+        self.bn = nnx.BatchNorm(H, momentum=0.9, epsilon=1e-5, use_running_average=not training, rngs=rngs)
+
+    def __call__(self, x):
+        return self.bn(self.fc(x))
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_p06_an_eval_batchnorm_left_training_in_the_port_is_named_by_a_replay(training: bool) -> None:
+    report = _check(TBN().eval(), JBN(training), XY, lambda m, b: (m(b["x"]) ** 2).mean(),
+                    lambda m, b: (m(b["x"]) ** 2).mean())  # fmt: skip
+    if not training:
+        assert report.ok, report.table()
+    else:
+        assert [(h.pitfall, h.confirmed) for h in report.hints[:1]] == [("P06", True)], report.table()
+        assert "bn_batch_stats" in report.hints[0].evidence
