@@ -353,7 +353,7 @@ def test_a_configuration_no_rule_explains_is_named() -> None:
             self.rnn = nn.LSTM(3, 4, bidirectional=True)
 
     with pytest.raises(
-        PortInputError, match=r"nn.LSTM: expected num_layers=1, bidirectional=False.*bidirectional=True"
+        PortInputError, match=r"nn.LSTM: expected bidirectional=False, proj_size=0.*got bidirectional=True"
     ):
         transfer_weights(Bi(), JWrap(nnx.RNN(nnx.LSTMCell(3, 4, rngs=nnx.Rngs(0)))))
     with pytest.raises(ValueError, match="groups expected 1"):

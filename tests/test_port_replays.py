@@ -238,3 +238,37 @@ def test_p06_an_eval_batchnorm_left_training_in_the_port_is_named_by_a_replay(tr
     else:
         assert [(h.pitfall, h.confirmed) for h in report.hints[:1]] == [("P06", True)], report.table()
         assert "bn_batch_stats" in report.hints[0].evidence
+
+
+class TStacked(nn.Module):
+    def __init__(self, kind: type) -> None:
+        super().__init__()
+        torch.manual_seed(4)
+        self.rnn = _biased(kind(IN, H, num_layers=2, batch_first=True))
+
+    def forward(self, x):
+        return self.rnn(x)[0]
+
+
+class JStacked(nnx.Module):
+    """One nnx.RNN per layer of torch's stacked nn.LSTM: layer k is the port's rnn/k."""
+
+    def __init__(self) -> None:
+        rngs = nnx.Rngs(0)
+        self.rnn = nnx.List([nnx.RNN(nnx.LSTMCell(IN if k == 0 else H, H, rngs=rngs)) for k in range(2)])
+
+    def __call__(self, x):
+        for layer in self.rnn:
+            x = layer(x)
+        return x
+
+
+def test_a_stacked_lstm_pairs_layer_by_layer_with_one_nnx_rnn_per_layer() -> None:
+    batch = {"x": RNG.normal(size=(B, T, IN))}
+    report = _check(TStacked(nn.LSTM), JStacked(), batch, lambda m, b: (m(b["x"]) ** 2).mean(),
+                    lambda m, b: (m(b["x"]) ** 2).mean())  # fmt: skip
+    assert report.ok, report.table()
+    keys = {r.key for r in report.rows if r.section == "grads"}
+    assert {"rnn/0/cell/ii/kernel", "rnn/1/cell/ho/kernel"} <= keys, sorted(keys)
+    names = {r.torch for r in report.rows if r.section == "grads"}  # torch's own names, layer by layer
+    assert {"rnn.weight_ih_l1", "rnn.bias_ih_l0 + rnn.bias_hh_l0"} <= names, names

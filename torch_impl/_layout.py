@@ -22,18 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-__all__ = [
-    "Leaf",
-    "RULES",
-    "EPS_NAMES",
-    "norm_like",
-    "rule_for",
-    "owned",
-    "named_leaves",
-    "load_params",
-    "params_of",
-    "grads_of",
-]
+__all__ = ["Leaf", "RULES", "EPS_NAMES", "norm_like", "rule_for", "owned", "named_leaves", "load_params", "params_of",
+           "grads_of"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -46,6 +36,7 @@ class Leaf:
     to_torch: Callable[[np.ndarray], np.ndarray]
     rows: tuple[int, int] | None = None  # a block of rows of `attr` (packed q | k | v)
     buffer: bool = False  # running statistics: state, not a parameter
+    unit: str = ""  # a unit below the module: "1" for layer 1 of a multi-layer nn.LSTM (the port's lstm/1)
 
     @property
     def source(self) -> str:
@@ -124,13 +115,19 @@ def _cell(m: nn.RNNCellBase) -> tuple[Leaf, ...]:
 
 
 def _recurrent(m: nn.RNNBase) -> tuple[Leaf, ...]:
-    # nn.GRU / nn.LSTM / nn.RNN: one layer, one direction, the cell's leaves (weight_ih_l0 ...)
-    if m.num_layers != 1 or m.bidirectional or getattr(m, "proj_size", 0):
+    # nn.GRU / nn.LSTM / nn.RNN: one direction, the cell's leaves (weight_ih_l0 ...); with several layers, layer k
+    # is the unit k below the module (the port's lstm/0, lstm/1: a list of cells or nnx.RNNs)
+    if m.bidirectional or getattr(m, "proj_size", 0):
         raise ValueError(
-            f"nn.{type(m).__name__}: expected num_layers=1, bidirectional=False, proj_size=0 (one nnx.RNN per layer), "
-            f"got num_layers={m.num_layers}, bidirectional={m.bidirectional}, proj_size={getattr(m, 'proj_size', 0)}"
+            f"nn.{type(m).__name__}: expected bidirectional=False, proj_size=0 (one nnx.RNN per layer and direction), "
+            f"got bidirectional={m.bidirectional}, proj_size={getattr(m, 'proj_size', 0)}"
         )
-    return tuple(Leaf(leaf.name, f"{leaf.attr}_l0", leaf.to_canon, leaf.to_torch) for leaf in _cell(m))
+    unit = (lambda k: str(k)) if m.num_layers > 1 else (lambda k: "")  # noqa: E731
+    return tuple(
+        Leaf(leaf.name, f"{leaf.attr}_l{k}", leaf.to_canon, leaf.to_torch, unit=unit(k))
+        for k in range(m.num_layers)
+        for leaf in _cell(m)
+    )
 
 
 # module type -> its canonical leaves (a function of the module: shapes and heads vary); another library's class
@@ -218,11 +215,12 @@ def named_leaves(module: nn.Module, *, buffers: bool = False) -> Iterator[tuple[
         if rules is None:
             continue
         owners.add(path)
-        prefix = path.replace(".", "/")
         for leaf in rules:
             if (leaf.buffer and not buffers) or _attr(sub, leaf.attr) is None:
                 continue
-            yield (f"{prefix}/{leaf.name}" if prefix else leaf.name), path, sub, leaf
+            at = ".".join(p for p in (path, leaf.unit) if p)  # a unit below the module: layer k of an nn.LSTM
+            prefix = at.replace(".", "/")
+            yield (f"{prefix}/{leaf.name}" if prefix else leaf.name), at, sub, leaf
 
 
 def _piece(tensor: torch.Tensor, leaf: Leaf) -> torch.Tensor:

@@ -148,9 +148,10 @@ def _units(model: nn.Module, buffers: bool = True) -> dict[str, dict]:
         target = sub.get_parameter(leaf.attr) if not leaf.buffer else sub.get_buffer(leaf.attr)
         piece = target[leaf.rows[0] : leaf.rows[1]] if leaf.rows else target
         shape = tuple(leaf.to_canon(np.empty(tuple(piece.shape))).shape)
+        owner = path.removesuffix(f".{leaf.unit}") if leaf.unit else path  # layer k's unit is its nn.LSTM's
         unit["leaves"][leaf.name] = {
             "shape": shape,
-            "source": f"{path}.{leaf.source}" if path else leaf.source,
+            "source": f"{owner}.{leaf.source}" if owner else leaf.source,
             "buffer": leaf.buffer,
             "trainable": bool(target.requires_grad),
         }
