@@ -272,3 +272,13 @@ def test_a_stacked_lstm_pairs_layer_by_layer_with_one_nnx_rnn_per_layer() -> Non
     assert {"rnn/0/cell/ii/kernel", "rnn/1/cell/ho/kernel"} <= keys, sorted(keys)
     names = {r.torch for r in report.rows if r.section == "grads"}  # torch's own names, layer by layer
     assert {"rnn.weight_ih_l1", "rnn.bias_ih_l0 + rnn.bias_hh_l0"} <= names, names
+
+
+def test_p18_weights_the_port_initialised_itself_are_named() -> None:
+    """transfer=False with the NNX model's own initialisation: the weights differ from the start, and the hint says
+    why (lecun_normal kernels and zero biases against torch's uniform ones), not a layout bug."""
+    report = _check(TMLP(), JMLP(), XY, _t_loss, _j_loss, transfer=False)
+    assert report.first_parting("float64").section == "weights", report.table()
+    hints = [h for h in report.hints if h.pitfall == "P18"]
+    assert hints and all(h.where.startswith("float64 weights ") for h in hints), report.table()
+    assert {"P07", "P09"}.isdisjoint(report.named())

@@ -20,7 +20,7 @@ V, D, NH, NKV, F, T = 29, 16, 4, 2, 24, 6
 DH = D // NH
 THETA = 5e5
 CONVENTIONS = dict(scale="head", causal=0, kv="repeat", rope="half", theta=THETA, mlp="gate", embed_scale=False,
-                   mask_inverted=False, stop_keys=False)  # fmt: skip
+                   mask_inverted=False, stop_keys=False, dpa=False)  # fmt: skip
 
 
 def _llama() -> torch.nn.Module:
@@ -66,6 +66,10 @@ class Attention(nnx.Module):
         if c["stop_keys"]:
             k = jax.lax.stop_gradient(k)  # the bug: the keys' gradient never reaches k_proj
         v = self.v_proj(x).reshape(b, t, NKV, DH)
+        if c["dpa"]:  # jax.nn.dot_product_attention groups the query heads itself (n reads kv head n // (NH / NKV))
+            allowed = jnp.tril(jnp.ones((t, t), dtype=bool))[None, None] & keys[:, None, None, :]
+            ctx = jax.nn.dot_product_attention(q, k, v, mask=allowed).reshape(b, t, D)
+            return self.o_proj(ctx)
         expand = (lambda a: jnp.tile(a, (1, 1, NH // NKV, 1))) if c["kv"] == "tile" else (
             lambda a: jnp.repeat(a, NH // NKV, axis=2))  # fmt: skip
         k, v = expand(k), expand(v)
@@ -152,9 +156,12 @@ def llama() -> torch.nn.Module:
     return _llama()
 
 
-def test_a_correct_port_of_a_llama_family_model_matches(llama) -> None:
-    report = _check(llama, LlamaLM())
+@pytest.mark.parametrize("dpa", [False, True])
+def test_a_correct_port_of_a_llama_family_model_matches(llama, dpa: bool) -> None:
+    report = _check(llama, LlamaLM(dpa=dpa))
     assert report.ok, report.table()
+    # grouped-query heads through jax.nn.dot_product_attention, its softmax taken in float64 in this pass
+    assert any("dot_product_attention ran with its softmax in float64" in n for n in report.notes) == dpa
 
 
 @pytest.mark.parametrize(

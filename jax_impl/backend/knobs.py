@@ -61,7 +61,8 @@ def _exact_attention(dtype: str, used: list) -> Iterator[None]:
     def exact(*args, **kwargs):
         other = {k for k, v in kwargs.items() if v is not None and k not in ("bias", "mask", "is_causal", "scale",
                                                                               "implementation")}  # fmt: skip
-        if len(args) > 5 or other:  # sequence lengths, a local window: JAX's own, as it computes them
+        query = args[0] if args else kwargs.get("query")
+        if len(args) > 5 or other or getattr(query, "ndim", 0) != 4:  # lengths, a window, unbatched: JAX's own
             return original(*args, **kwargs)
         used.append(True)
         return _attention(*args, **kwargs)
@@ -74,7 +75,10 @@ def _exact_attention(dtype: str, used: list) -> Iterator[None]:
 
 
 def _attention(query, key, value, bias=None, mask=None, *, is_causal=False, scale=None, **_):
-    # jax.nn.dot_product_attention's maths with the softmax in the inputs' dtype (it always takes float32)
+    # jax.nn.dot_product_attention's maths with the softmax in the inputs' dtype (it always takes float32); grouped
+    # query heads as it groups them: query head n reads key / value head n // (N / K)
+    groups = query.shape[-2] // key.shape[-2]
+    key, value = jnp.repeat(key, groups, axis=-2), jnp.repeat(value, groups, axis=-2)
     logits = jnp.einsum("btnh,bsnh->bnts", query, key) * (scale or 1 / np.sqrt(query.shape[-1]))
     if bias is not None:
         logits = logits + bias

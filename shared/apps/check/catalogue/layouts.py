@@ -1,4 +1,5 @@
 """Layouts and parameter slots: P07 a Linear's layout, P08 GRU's b_hn, P09 LSTM / GRU layouts, P11 padding row,
+P18 weights never copied (the port's own initialisation),
 and the flatten order of a CNN's features before its dense head (a P07 replay)."""
 
 from __future__ import annotations
@@ -38,6 +39,22 @@ def arrangement(j: np.ndarray, t: np.ndarray) -> str | None:
 def _not_gates(row, j, t) -> str | None:
     found = arrangement(j, t)
     return f"{row.key} {found}" if found and "gate" not in found else None
+
+
+def _own_init(row, j, t) -> str | None:
+    """Numbers unrelated to torch's weight in any layout: no entry equal, no correlation. The port's own
+    initialisation (transfer=False, or a loader that skipped the leaf); a layout bug or a partial copy is not."""
+    if j.size < 4 or arrangement(j, t) or np.any(j == t):
+        return None
+    jc, tc = (j.ravel() - j.mean()), (t.ravel() - t.mean())
+    norm = float(np.linalg.norm(jc) * np.linalg.norm(tc))
+    corr = float(jc @ tc) / norm if norm else 0.0
+    if abs(corr) > 0.5:
+        return None
+    return (
+        f"{row.key}: no entry equal to torch's and no correlation ({corr:+.2f}); std {float(np.std(j)):.3g} against "
+        f"torch's {float(np.std(t)):.3g}: the port's own initialisation (copy the weights: transfer=True)"
+    )
 
 
 def _gates(row, j, t) -> str | None:
@@ -188,6 +205,11 @@ RECORDS = (
         "tied_weights",
         "tied weights untied: torch shares one tensor between modules, the port gives each its own",
         signatures=(Signature("ties", _untied),),
+    ),
+    Diagnosis(
+        "P18",
+        "default initialisation: the NNX leaf holds its own initial values, not torch's",
+        signatures=(Signature("values", _own_init, section="weights"),),
     ),
     Diagnosis(
         "P11",
