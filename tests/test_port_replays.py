@@ -146,12 +146,12 @@ class TMLP(nn.Module):
 
 
 class JMLP(nnx.Module):
-    def __init__(self) -> None:
-        rngs = nnx.Rngs(0)
+    def __init__(self, act=jnp.tanh) -> None:
+        rngs, self.act = nnx.Rngs(0), act
         self.fc1, self.fc2 = nnx.Linear(IN, H, rngs=rngs), nnx.Linear(H, 2, rngs=rngs)
 
     def __call__(self, x):
-        return self.fc2(jnp.tanh(self.fc1(x)))
+        return self.fc2(self.act(self.fc1(x)))
 
 
 XY = {"x": RNG.normal(size=(8, IN)), "y": RNG.normal(size=(8, 2))}
@@ -282,3 +282,70 @@ def test_p18_weights_the_port_initialised_itself_are_named() -> None:
     hints = [h for h in report.hints if h.pitfall == "P18"]
     assert hints and all(h.where.startswith("float64 weights ") for h in hints), report.table()
     assert {"P07", "P09"}.isdisjoint(report.named())
+
+
+class TAct(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.fc1, self.act, self.fc2 = nn.Linear(IN, H), nn.GELU(approximate="tanh"), nn.Linear(H, 2)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_an_inline_activation_is_inside_the_parting_interval_and_named_either_way() -> None:
+    """torch's tanh GELU is a module, the port's exact GELU inline: the forward parts after fc1, at fc2, with torch's
+    `act` (no NNX twin) between them; the replay with exact GELU names P04 the other way round."""
+    report = _check(TAct(), JMLP(lambda x: jax.nn.gelu(x, approximate=False)), XY, _t_loss, _j_loss)
+    assert report.interval() == ("fc1", ["act"], "fc2"), report.table()
+    assert (report.hints[0].pitfall, report.hints[0].confirmed) == ("P04", True) and "gelu_exact" in report.hints[
+        0
+    ].evidence
+
+
+class UnbiasedBN(nnx.Module):
+    """A BatchNorm of the port's own, named like nnx's, updating its running variance with torch's unbiased one."""
+
+    def __init__(self, n: int) -> None:
+        self.scale, self.bias = nnx.Param(jnp.ones(n)), nnx.Param(jnp.zeros(n))
+        self.mean, self.var = nnx.BatchStat(jnp.zeros(n)), nnx.BatchStat(jnp.ones(n))
+
+    def __call__(self, x):
+        m, v = x.mean(0), x.var(0)
+        self.mean[...] = 0.9 * self.mean[...] + 0.1 * m
+        self.var[...] = 0.9 * self.var[...] + 0.1 * v * x.shape[0] / (x.shape[0] - 1)
+        return (x - m) / jnp.sqrt(v + 1e-5) * self.scale[...] + self.bias[...]
+
+
+class TTwoBN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(6)
+        self.fc1, self.bn1, self.fc2, self.bn2 = nn.Linear(IN, H), nn.BatchNorm1d(H), nn.Linear(H, 2), nn.BatchNorm1d(2)
+
+    def forward(self, x):
+        return self.bn2(self.fc2(torch.tanh(self.bn1(self.fc1(x)))))
+
+
+class JTwoBN(nnx.Module):
+    def __init__(self, stock_second: bool) -> None:
+        rngs = nnx.Rngs(0)
+        self.fc1, self.bn1, self.fc2 = nnx.Linear(IN, H, rngs=rngs), UnbiasedBN(H), nnx.Linear(H, 2, rngs=rngs)
+        # the stock nnx.BatchNorm's running variance is the biased one: the bug, in this BatchNorm only
+        self.bn2 = nnx.BatchNorm(2, momentum=0.9, epsilon=1e-5, rngs=rngs) if stock_second else UnbiasedBN(2)
+
+    def __call__(self, x):
+        return self.bn2(self.fc2(jnp.tanh(self.bn1(self.fc1(x)))))
+
+
+@pytest.mark.parametrize("stock_second", [False, True])
+def test_p06_the_biased_variance_in_one_batchnorm_of_two_is_named_by_a_replay_of_that_one(stock_second: bool) -> None:
+    report = _check(TTwoBN(), JTwoBN(stock_second), XY, _t_loss, _j_loss, steps=2, torch_optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
+                    jax_optimizer=optax.sgd(0.1))  # fmt: skip
+    if not stock_second:
+        assert report.ok, report.table()
+    else:
+        first = report.hints[0]
+        assert (first.pitfall, first.confirmed) == ("P06", True), report.table()
+        assert "bn_biased_var@bn2" in first.evidence and first.title.endswith("(in bn2 only)")

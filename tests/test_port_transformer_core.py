@@ -345,3 +345,14 @@ def test_token_type_embeddings_left_out_are_named(token_types: bool) -> None:
     else:
         assert (report.hints[0].pitfall, report.hints[0].confirmed) == ("token_type", True), report.table()
         assert report.named() == ["token_type"]  # the table's zero gradient is the same bug, not a second one
+
+
+def test_the_forward_parting_is_an_interval_between_compared_modules(llama) -> None:
+    """Gate and up swapped: both projections match (same inputs, same weights), down_proj is the first to differ:
+    the report says the forward parts after up_proj, at down_proj (the product between them is not a module)."""
+    report = _check(llama, LlamaLM(mlp="swapped"))
+    assert report.interval() == ("model.layers.0.mlp.up_proj", [], "model.layers.0.mlp.down_proj"), report.table()
+    assert report.to_json()["interval"] == {"after": "model.layers.0.mlp.up_proj", "unpaired": [],
+                                            "at": "model.layers.0.mlp.down_proj"}  # fmt: skip
+    assert "float64: the forward parts after model.layers.0.mlp.up_proj (its output matches)" in report.table()
+    assert _check(llama, LlamaLM()).interval() is None  # no parting, no interval

@@ -49,6 +49,8 @@ def located(row: dict) -> bool | None:
     names = []  # the torch modules of the forward's first parting, and of the backward's (forward or backward)
     for line in (first, row.get("backward_parting", "")):
         names += line.split("(torch ", 1)[1].split(")", 1)[0].split(" + ") if "(torch " in line else []
+    span = row.get("interval") or {}  # the forward parts between two compared modules: the uncompared ones between
+    names += [span["after"], *span["unpaired"]] if span else []
     return any(name == where or name.startswith(where + ".") for name in names)
 
 
@@ -102,6 +104,7 @@ def measure(folder: Path, only: list[str]) -> list[dict]:
         row["first_parting"] = first[0][:200] if first else ""
         back = [line for line in proc.stdout.splitlines() if line.startswith("float64: backward parting")]
         row["backward_parting"] = back[0][:200] if back else ""
+        row["interval"] = payload.get("interval") or {}
         row["located"] = located(row)
         print(f"{name:40} {row['kind']:22} exit {row['exit']} {row['outcome']:12} {','.join(names)} {row['error'][:120]}",
               flush=True)  # fmt: skip

@@ -61,16 +61,22 @@ def knobs() -> frozenset[str]:
 
 @contextlib.contextmanager
 def knob(model: nn.Module, name: str | None) -> Iterator[None]:
-    """Applies the knob `name` ("a+b": both) to `model` and torch for the body of the with; restores all.
+    """Applies the knob `name` ("a+b": both; "a@path": a module knob on the submodule at that dotted path only) to
+    `model` and torch for the body of the with; restores all.
 
-    Raises ValueError naming the knob when it is not one of `knobs()`.
+    Raises ValueError naming the knob when it is not one of `knobs()`, or the path when it is no submodule.
     """
-    names = () if name is None else tuple(name.split("+"))  # "a+b": both at once
+    name, _, only = (name or "").partition("@")
+    names = tuple(name.split("+")) if name else ()  # "a+b": both at once
     if any(n not in _KNOBS for n in names):
         raise ValueError(f"knob expected one of {sorted(_KNOBS)} (or several joined by '+') or None, got {name!r}")
+    try:
+        scope = model.get_submodule(only) if only else model  # one module's norms or BatchNorms, the rest as they are
+    except AttributeError:
+        raise ValueError(f"knob {name}@{only}: expected a submodule path of the model, got {only!r}") from None
     saved, undo = [], []
     norms = (nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
-    for sub in model.modules():
+    for sub in scope.modules():
         if "norm_eps" in names and (isinstance(sub, norms) or norm_like(sub)):
             attr = next(n for n in EPS_NAMES if isinstance(getattr(sub, n, None), float))  # HF: variance_epsilon
             saved.append((sub, attr, getattr(sub, attr)))

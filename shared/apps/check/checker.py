@@ -191,6 +191,7 @@ def check_port(
             f"[{', '.join(str(n) for n in (*shape[1:], shape[0]))}], an NHWC port's loader): weights, gradients "
             "and steps compared in that order"
         )
+    report.order = [name.replace("/", ".") or "(model)" for name in p64.torch.get("finished", [])]
     forward = report.failed("float64", "outputs") + report.failed("float64", "loss")
     if report.failed("float64", "grads") and not forward:  # the forward cannot say where: the backward can
         c.progress("float64: the gradient arriving at each module ...")

@@ -39,6 +39,9 @@ def _hint(pitfall: str, title: str, where: str, evidence: str, confirmed: bool =
     return Hint(pitfall, title, where, evidence, page(pitfall), confirmed)
 
 
+_ALONE = 8  # replays of one module alone, at most: each is a run of the reference
+
+
 def _failing(rows: list[Row]) -> set[tuple]:
     return {(r.section, r.step, r.key) for r in rows if not r.ok and r.section not in ("weights", "backward")}
 
@@ -77,11 +80,16 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
     # a JAX-side precision replay costs new compiles: only for a float32-sized difference in float64
     rounding = 1e-9 < first.max_rel < 1e-5
     hints = []
-    for d, replay in _applicable(structures, steps):
-        if replay.near_rounding and not rounding:
-            continue
+    tried = [(d, r, r.knob, "") for d, r in _applicable(structures, steps) if rounding or not r.near_rounding]
+    # where every module's replay fails, one module's: a port with the bug in one BatchNorm of several
+    alone = [(d, r, f"{r.knob}@{m['path'].replace('/', '.')}", f" (in {m['path'].replace('/', '.')} only)")
+             for d, r, *_ in tried if r.per_module for m in structures[0]["modules"]
+             if r.modules & {m["type"], m["config"].get("kind", "")}][:_ALONE]  # fmt: skip
+    for d, replay, knob, only in tried + alone:
+        if only and any(h.confirmed for h in hints):
+            break
         try:
-            q = p.replay(replay.knob, replay.side)
+            q = p.replay(knob, replay.side)
         except ValueError:
             continue  # the knob does not apply to this model (e.g. an optimizer without Adam's switch)
         rows = rows_of(q, plan, transfer)
@@ -89,8 +97,8 @@ def _replays(report, p, plan, structures, transfer: bool, steps: int) -> list[Hi
         fixed, broken = failing - after, after - failing
         if not fixed or broken:
             continue
-        title = replay.title or d.title
-        change = f"{replay.side} changed ({replay.knob}: {replay.change})"
+        title = (replay.title or d.title) + only
+        change = f"{replay.side} changed ({knob}: {replay.change}{only})"
         worst = max((r.used for r in rows if np.isfinite(r.used) and not r.explained), default=0.0)
         if not after:
             ev = (f"with {change}, all {len(rows)} float64 quantities match "

@@ -86,6 +86,25 @@ class PortReport:
     # K where K steps were compared and none moved a trainable weight on either side (gradient accumulation
     # longer than K, a zero learning rate): equal steps that changed nothing are no evidence about the update
     unmoved: int = 0
+    order: list[str] = field(default_factory=list)  # torch's modules (dotted) in the order their forward finished
+
+    def interval(self) -> tuple[str, list[str], str] | None:
+        """Where the float64 forward parts: (the last module before the first parting whose outputs match, the
+        torch modules between them that have no NNX twin to compare, the first parting's module); None when the
+        first parting is not a module's output. An activation or a rotary table the port computes inline sits in
+        the middle list: the difference arises there, or in the code between the two."""
+        first = self.first_parting("float64")
+        if first is None or first.section != "outputs" or first.torch not in self.order:
+            return None
+        rows: dict[str, list[bool]] = {}
+        for r in self.rows:
+            if r.dtype == "float64" and r.section == "outputs":
+                rows.setdefault(r.torch, []).append(r.ok)
+        before = self.order[: self.order.index(first.torch)]
+        matched = [i for i, name in enumerate(before) if rows.get(name) and all(rows[name])]
+        start = matched[-1] if matched else -1
+        unpaired = [name for name in before[start + 1 :] if name not in rows]
+        return (before[start] if matched else "", unpaired, first.torch)
 
     @property
     def ok(self) -> bool:
@@ -189,6 +208,11 @@ class PortReport:
                 step = f" step {row.step}" if row.step else ""
                 what = row.problem or f"max |jax-torch| {row.max_abs:.3g}"
                 out.append(f"{dtype}: first parting at {row.section}{step} {row.key} (torch {row.torch}): {what}")
+        span = self.interval()
+        if span is not None and (span[0] or span[1]):
+            after = f"after {span[0]} (its output matches)" if span[0] else "from the start"
+            between = f"; torch modules on the way with no NNX twin to compare: {', '.join(span[1])}" if span[1] else ""
+            out.append(f"float64: the forward parts {after}, at {span[2]}{between}")
         back = self.backward_parting()
         if back is not None:
             out.append(
@@ -243,6 +267,7 @@ class PortReport:
             "hints": [asdict(h) for h in self.hints],
             "named": self.named(),
             "backward_parting": (lambda r: r and {"key": r.key, "torch": r.torch})(self.backward_parting()),
+            "interval": (lambda s: s and {"after": s[0], "unpaired": s[1], "at": s[2]})(self.interval()),
             "dropped": list(self.dropped),
             "notes": list(self.notes),
         }

@@ -43,6 +43,8 @@ class Replay:
     modules: module types (of the replayed side) it applies to; empty: every model.
     needs_steps: only when optimizer steps are compared (an optimizer convention).
     near_rounding: only for a float32-sized difference in float64 (a precision replay costs compiles).
+    per_module: where the replay of every module fails, tried on each module of its types alone ("knob@path"):
+      a port with the bug in one BatchNorm of several.
     """
 
     side: str
@@ -52,6 +54,7 @@ class Replay:
     modules: frozenset[str] = frozenset()
     needs_steps: bool = False
     near_rounding: bool = False
+    per_module: bool = False
 
 
 @dataclass(frozen=True)

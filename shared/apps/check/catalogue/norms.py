@@ -90,7 +90,13 @@ RECORDS = (
         "P05",
         "LayerNorm epsilon: nnx 1e-6, torch 1e-5",
         replays=(
-            Replay("torch", "norm_eps", "LayerNorm / GroupNorm / RMSNorm eps = 1e-6, the nnx default", modules=NORMS),
+            Replay(
+                "torch",
+                "norm_eps",
+                "LayerNorm / GroupNorm / RMSNorm eps = 1e-6, the nnx default",
+                modules=NORMS,
+                per_module=True,
+            ),
         ),
         signatures=(Signature("config", _eps(NORMS), title="normalisation epsilon differs"),),
     ),
@@ -104,6 +110,7 @@ RECORDS = (
                 "BatchNorm momentum m -> 1 - m (nnx's momentum weighs the old value)",
                 title="BatchNorm momentum inverted (nnx momentum weighs the old statistics)",
                 modules=BATCH_NORMS,
+                per_module=True,
             ),
             Replay(
                 "torch",
@@ -111,6 +118,7 @@ RECORDS = (
                 "BatchNorm running_var updated with the biased batch variance (nnx's rule)",
                 title="BatchNorm running variance biased (nnx) vs unbiased (torch)",
                 modules=BATCH_NORMS,
+                per_module=True,
             ),
             Replay(
                 "torch",
