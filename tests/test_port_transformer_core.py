@@ -68,8 +68,12 @@ class Attention(nnx.Module):
         v = self.v_proj(x).reshape(b, t, NKV, DH)
         if c["dpa"]:  # jax.nn.dot_product_attention groups the query heads itself (n reads kv head n // (NH / NKV))
             allowed = jnp.tril(jnp.ones((t, t), dtype=bool))[None, None] & keys[:, None, None, :]
-            ctx = jax.nn.dot_product_attention(q, k, v, mask=allowed).reshape(b, t, D)
-            return self.o_proj(ctx)
+            calls = {
+                "args": lambda: jax.nn.dot_product_attention(q, k, v, mask=allowed),
+                "keywords": lambda: jax.nn.dot_product_attention(query=q, key=k, value=v, mask=allowed),
+                "vmap": lambda: jax.vmap(lambda *a: jax.nn.dot_product_attention(*a[:3], mask=a[3]))(q, k, v, allowed),
+            }  # fmt: skip
+            return self.o_proj(calls[c["dpa"]]().reshape(b, t, D))
         expand = (lambda a: jnp.tile(a, (1, 1, NH // NKV, 1))) if c["kv"] == "tile" else (
             lambda a: jnp.repeat(a, NH // NKV, axis=2))  # fmt: skip
         k, v = expand(k), expand(v)
@@ -156,12 +160,34 @@ def llama() -> torch.nn.Module:
     return _llama()
 
 
-@pytest.mark.parametrize("dpa", [False, True])
-def test_a_correct_port_of_a_llama_family_model_matches(llama, dpa: bool) -> None:
+@pytest.mark.parametrize("dpa", [False, "args", "keywords", "vmap"])
+def test_a_correct_port_of_a_llama_family_model_matches(llama, dpa) -> None:
     report = _check(llama, LlamaLM(dpa=dpa))
     assert report.ok, report.table()
-    # grouped-query heads through jax.nn.dot_product_attention, its softmax taken in float64 in this pass
-    assert any("dot_product_attention ran with its softmax in float64" in n for n in report.notes) == dpa
+    # grouped-query heads through jax.nn.dot_product_attention (positional, by keyword, unbatched under vmap), its
+    # softmax taken in float64 in this pass
+    assert any("dot_product_attention ran with its softmax in float64" in n for n in report.notes) == bool(dpa)
+
+
+def test_the_attention_replays_reach_a_windowed_model_and_a_no_op_changes_nothing() -> None:
+    """Mistral passes sliding_window=4096 over a short batch: the replay models it (no window), so a knob that
+    does not apply to these heads (gqa_tiled with as many kv heads as query heads) leaves every logit as it was,
+    left-padded rows included (SDPA's zeros for a query with no key), and the scale knob changes them."""
+    from detach_parity.torch_impl.backend.knobs import knob
+
+    config = transformers.MistralConfig(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1,
+                                        num_attention_heads=NH, num_key_value_heads=NH, sliding_window=4096)  # fmt: skip
+    torch.manual_seed(3)
+    model = transformers.MistralForCausalLM(config).double().eval()
+    ids, mask = torch.tensor(BATCH["ids"]), torch.tensor([[1] * T, [0] + [1] * (T - 1), [0, 0] + [1] * (T - 2)])
+    with torch.no_grad():
+        before = model(input_ids=ids, attention_mask=mask).logits
+        with knob(model, "gqa_tiled"):
+            same = model(input_ids=ids, attention_mask=mask).logits
+        with knob(model, "attention_unscaled"):
+            unscaled = model(input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(same, before, rtol=0, atol=1e-12)
+    assert float((unscaled - before).abs().max()) > 1e-4
 
 
 @pytest.mark.parametrize(

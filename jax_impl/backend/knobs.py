@@ -59,13 +59,20 @@ def _exact_attention(dtype: str, used: list) -> Iterator[None]:
     original = jax.nn.dot_product_attention
 
     def exact(*args, **kwargs):
-        other = {k for k, v in kwargs.items() if v is not None and k not in ("bias", "mask", "is_causal", "scale",
+        names = ("query", "key", "value", "bias", "mask")
+        given = {**dict(zip(names, args, strict=False)), **{k: v for k, v in kwargs.items() if k in names}}
+        other = {k for k, v in kwargs.items() if v is not None and k not in (*names, "is_causal", "scale",
                                                                               "implementation")}  # fmt: skip
-        query = args[0] if args else kwargs.get("query")
-        if len(args) > 5 or other or getattr(query, "ndim", 0) != 4:  # lengths, a window, unbatched: JAX's own
+        q = given.get("query")
+        if len(args) > 5 or other or getattr(q, "ndim", 0) not in (3, 4):  # lengths, a window: JAX's own
             return original(*args, **kwargs)
         used.append(True)
-        return _attention(*args, **kwargs)
+        flags = {k: kwargs[k] for k in ("is_causal", "scale") if k in kwargs}
+        if q.ndim == 4:
+            return _attention(*(given.get(n) for n in names), **flags)
+        # unbatched [T, N, H] (a call per row, or under jax.vmap): one batch row of the same maths
+        batched = [None if given.get(n) is None else given[n][None] for n in names]
+        return _attention(*batched, **flags)[0]
 
     jax.nn.dot_product_attention = exact  # nnx.dot_product_attention calls it through jax.nn
     try:

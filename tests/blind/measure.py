@@ -58,22 +58,17 @@ def located(row: dict) -> bool | None:
 REASONS = {
     "09_mlp_td_broadcast.py": "P14: the loss broadcasts [B] against [B, 1] inside the user's loss function; no "
     "replay changes an operator's broadcasting, and no recorded quantity sits between the model and the loss",
-    "20_lstm_carry_order.py": "P09: the swap is in the user's loop over a hand-written cell; the carry-order replay "
-    "applies to nn.LSTM against nnx's own cells",
-    "22_lstm_gate_order.py": "P09: the loader writes torch's gate blocks into the wrong per-gate leaves; a values "
-    "signature sees one leaf at a time, and the evidence (leaf ig holds torch's f block) spans two",
-    "25_tfm_mask_polarity.py": "P12: hand-written attention (masked_fill with -inf in torch, an additive -1e9 in the "
-    "port); the polarity replay covers nn.MultiheadAttention's masks only, and an inverted masked_fill is not "
-    "the port where a row has no padding",
-    "38_bert_token_type_dropped.py": "no catalogue id: the flow line says exactly what happened (the port never "
-    "reaches token_type_embeddings: torch flows, JAX zero), filed under the `basics` lesson of a missing path",
-    "06_cnn_bn_batch_stats.py": "P06 (round 2): the port's own BatchNorm class normalises with the batch's "
-    "statistics in eval mode; the BatchNorm replays change torch's running-statistics update, not which "
-    "statistics an eval forward uses (it once raised KeyError 'momentum' on this class: fixed)",
-    "08_gru_bhn_outside.py": "P08 (round 2): b_hn added outside the reset gate in a hand-written cell; the P08 "
-    "evidence is a dropped b_hn in nnx.GRUCell, and no replay moves b_hn in torch's GRU",
-    "15_cnn_flatten_order.py": "named P07 (confirmed by its replay); the P06 hint beside it is the BatchNorm "
+    "24_tfm_softmax_scale.py": "attention_scale in a hand-written torch attention (q @ kᵀ, masked_fill, softmax in "
+    "the user's own module): the attention replays go through transformers' AttentionInterface, and nothing "
+    "reaches a core written by hand",
+    "25_tfm_mask_polarity.py": "P12 in a hand-written torch attention (masked_fill with -inf in torch, an additive "
+    "-1e9 in the port): the polarity replays cover nn.MultiheadAttention's masks and transformers' attention "
+    "functions only",
+    "15_cnn_flatten_order.py": "named P07 (confirmed by its replay); a P06 hint beside it is the BatchNorm "
     "running statistics downstream of the wrong head, a second name that is not the bug",
+    "32_llama_rotary_theta.py": "named, not located: the rotary tables come from model.rotary_emb at the model's "
+    "start; the port computes them inline in its attention, so the forward parts inside the attention core "
+    "(between v_proj and o_proj), downstream of where θ lives",
 }
 
 

@@ -101,18 +101,21 @@ def _attention(model: nn.Module, names: tuple[str, ...]) -> contextlib.AbstractC
     original = interface.get_interface
 
     def get_interface(self, attn_implementation, default):
-        fallback = original(self, attn_implementation, default)
+        original(self, attn_implementation, default)  # its own checks: an unknown implementation still raises
         eager = attn_implementation in (None, "eager")  # eager returns the weights, sdpa None: as the module did
-        return functools.partial(_attend, names=names, fallback=fallback, weights=eager)
+        return functools.partial(_attend, names=names, weights=eager)
 
     return _patched(interface, "get_interface", get_interface)
 
 
 def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None, is_causal=None, *, names,
-            fallback, weights, **kwargs):  # fmt: skip
-    if any(kwargs.get(k) is not None for k in ("softcap", "sliding_window", "position_bias", "s_aux")):
-        # a core this replay does not model: the module's own
-        return fallback(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+            weights, **kwargs):  # fmt: skip
+    window = kwargs.get("sliding_window")
+    if window is not None and window >= key.shape[2]:  # Mistral's window of 4096 over a short batch: no window
+        kwargs = {k: v for k, v in kwargs.items() if k != "sliding_window"}
+    unmodelled = [k for k in ("softcap", "sliding_window", "position_bias", "s_aux") if kwargs.get(k) is not None]
+    if unmodelled:  # a core this replay does not model: the knob does not apply (never a silent no-op)
+        raise ValueError(f"knob {names[0]}: expected an attention core without {unmodelled[0]}, got one")
     heads, d = query.shape[1], query.shape[-1]
     rep = heads // key.shape[1]
     if rep > 1:  # HF's repeat_kv: query head h reads kv head h // rep; tiled: h % n_kv
@@ -125,6 +128,10 @@ def _attend(module, query, key, value, attention_mask, dropout=0.0, scaling=None
     allowed = _allowed(query.shape[2], key.shape[2], attention_mask, causal, names, query.device)
     scores = (query @ key.transpose(-1, -2)) * scale
     probs = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min).softmax(-1)
+    if not weights:  # SDPA's safe softmax: a query the reference's own mask leaves no key (left padding) gets zeros
+        # (eager: uniform); one only the knob leaves without keys is uniform, as a port's finfo.min mask makes it
+        own = _allowed(query.shape[2], key.shape[2], attention_mask, causal, (), query.device)
+        probs = probs.masked_fill(~own.any(-1, keepdim=True), 0.0)
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
     return (probs @ value).transpose(1, 2).contiguous(), (probs if weights else None)
 
