@@ -144,7 +144,9 @@ def markdown(rows: list[dict], result: dict, source: str, folder: str = "round1"
         f"`tests/blind/{folder}`: {len(rows)} ports written from the README and the pitfall pages alone by a "
         "writer who had not read the checker (BRIEF.md beside them), each proven in float64 by the writer's own "
         f"loader (KEY.json). Measured by `python tests/blind/measure.py --json {source}`; "
-        "`pytest -m slow tests/test_port_blind.py` holds these rates as floors.",
+        "`pytest -m slow tests/test_port_blind.py` holds these rates as floors. Every round: "
+        "[round 1](blind.md), [round 2](blind-round2.md), [round 3](blind-round3.md) (the latest, written blind "
+        "by two writers while the transformer replays and the backward localisation were built).",
         "",
         f"- correct ports: {sm['matched']} of {sm['correct']} match; {sm['false_alarms']} false alarm(s); "
         f"{sum(r['outcome'] == 'refused' for r in rows if r['kind'] == 'correct')} refused",
