@@ -349,3 +349,35 @@ def test_p06_the_biased_variance_in_one_batchnorm_of_two_is_named_by_a_replay_of
         first = report.hints[0]
         assert (first.pitfall, first.confirmed) == ("P06", True), report.table()
         assert "bn_biased_var@bn2" in first.evidence and first.title.endswith("(in bn2 only)")
+
+
+TD = {"x": RNG.normal(size=(6, IN)), "action": RNG.integers(0, 2, size=6), "target": RNG.normal(size=6)}
+
+
+def _t_td(m, b):
+    q = m(b["x"]).gather(1, b["action"][:, None])  # [B, 1]
+    return nn.functional.mse_loss(q.squeeze(-1), b["target"])
+
+
+@pytest.mark.parametrize(("squeezed", "written"), [(True, False), (False, False), (False, True)])
+def test_p14_a_td_loss_broadcast_is_named_by_a_replay(squeezed: bool, written: bool) -> None:
+    """The Q-value of the taken action is [B, 1]: a port that does not squeeze it compares every pair with the [B]
+    target. Torch with F.mse_loss, or with the difference written out, replayed as the [B, B] broadcast."""
+
+    def t_loss(m, b):
+        if not written:
+            return _t_td(m, b)
+        q = m(b["x"]).gather(1, b["action"][:, None]).squeeze(-1)
+        return ((q - b["target"]) ** 2).mean()
+
+    def j_loss(m, b):
+        q = jnp.take_along_axis(m(b["x"]), b["action"][:, None], axis=1)  # [B, 1]
+        return jnp.mean(((q[:, 0] if squeezed else q) - b["target"]) ** 2)
+
+    report = _check(TMLP(), JMLP(), TD, t_loss, j_loss)
+    if squeezed:
+        assert report.ok, report.table()
+    else:
+        assert report.first_parting("float64").section == "loss", report.table()
+        assert [(h.pitfall, h.confirmed) for h in report.hints[:1]] == [("P14", True)], report.table()
+    assert torch.Tensor.__sub__ is torch._C.TensorBase.__sub__  # the replay's patch is gone

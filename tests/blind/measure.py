@@ -56,8 +56,6 @@ def located(row: dict) -> bool | None:
 
 # why a case is not named (or names something else), as far as it is understood; kept with the measurement
 REASONS = {
-    "09_mlp_td_broadcast.py": "P14: the loss broadcasts [B] against [B, 1] inside the user's loss function; no "
-    "replay changes an operator's broadcasting, and no recorded quantity sits between the model and the loss",
     "24_tfm_softmax_scale.py": "attention_scale in a hand-written torch attention (q @ kᵀ, masked_fill, softmax in "
     "the user's own module): the attention replays go through transformers' AttentionInterface, and nothing "
     "reaches a core written by hand",

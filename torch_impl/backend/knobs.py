@@ -9,7 +9,8 @@ channels-first features, a square Linear's weight used untransposed, std / var's
 Gradient flow: the running statistics a knob recomputes are buffers, updated under no_grad.
 Port note: every attribute and function patched is restored when the run ends (F.gelu,
 nn.MultiheadAttention.forward, nn.LSTM.forward, nn.Linear.forward, torch.autograd.grad, Tensor.flatten /
-view / reshape, torch.std / var and their Tensor methods).
+view / reshape, torch.std / var and their Tensor methods, F's regression losses and Tensor.__sub__ for a
+loss broadcast, torch.optim.Adam / AdamW's step).
 Shapes: as the user's model.
 Reference: the checker's catalogue (shared/apps/check/catalogue/), one record per knob.
 """
@@ -17,6 +18,7 @@ Reference: the checker's catalogue (shared/apps/check/catalogue/), one record pe
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator
 
 import torch
@@ -49,6 +51,7 @@ _KNOBS = (
     "std_correction_flipped",
     "bn_batch_stats",
     "bn_running_stats",
+    "loss_broadcast",
     *transformer_knobs.KNOBS,  # attention, rotary, gated MLP, embeddings: transformer_knobs.py
     *recurrent_knobs.KNOBS,  # GRU's b_hn, LSTM gate order and state order: recurrent_knobs.py
 )
@@ -118,6 +121,8 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
         patches = [
             (cls, "step", _swapped_decay) for cls in (torch.optim.Adam, torch.optim.AdamW) if "step" in vars(cls)
         ]
+    if names == ("loss_broadcast",):
+        patches = [(owner, attr, _outer) for owner, attr in _DIFFERENCES]
     if names == ("std_correction_flipped",):
         patches = [(owner, attr, _flipped_correction) for owner, attr in _STATISTICS]
     originals = [(getattr(owner, attr), attr in vars(owner)) for owner, attr, _ in patches]
@@ -178,6 +183,25 @@ def _swapped_decay(step: Callable) -> Callable:
 
     swapped.hooked = True  # torch.optim wraps an unhooked step in a profiler hook on the class, for good
     return swapped
+
+
+# where a loss compares a prediction with its target: F's regression losses, and `q - target` written out
+_DIFFERENCES = ((F, "mse_loss"), (F, "smooth_l1_loss"), (F, "huber_loss"), (F, "l1_loss"), (torch.Tensor, "__sub__"),
+                (torch.Tensor, "__rsub__"), (torch, "sub"))  # fmt: skip
+
+
+def _outer(original: Callable) -> Callable:
+    # a prediction [B] against its target [B] (one with a gradient, one without) compared as [B, 1] against [B]:
+    # every pair, the [B, B] broadcast of a port that keeps the Q-value's trailing axis (P14)
+    def outer(a, b, *args, **kwargs):
+        pair = isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == b.dim() == 1
+        if pair and a.shape == b.shape and a.shape[0] > 1 and a.requires_grad != b.requires_grad:
+            with warnings.catch_warnings():  # F.mse_loss warns of the broadcast: here it is the point
+                warnings.simplefilter("ignore", UserWarning)
+                return original(a[:, None], b[None, :], *args, **kwargs)
+        return original(a, b, *args, **kwargs)
+
+    return outer
 
 
 def _transposed_linear(forward: Callable) -> Callable:

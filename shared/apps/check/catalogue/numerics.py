@@ -1,4 +1,5 @@
-"""Numerics and conventions of the forward: P03 ties at kinks, P04 GELU, P12 mask polarity, P13 where, P16 precision."""
+"""Numerics and conventions of the forward: P03 ties at kinks, P04 GELU, P12 mask polarity, P13 where, P14 a
+loss broadcast, P16 precision."""
 
 from __future__ import annotations
 
@@ -80,6 +81,18 @@ RECORDS = (
         "P13",
         "NaN through the untaken branch of a where",
         signatures=(Signature("values", nan_where_torch_is_finite),),
+    ),
+    Diagnosis(
+        "P14",
+        "TD loss broadcast: a [B, 1] prediction against a [B] target compares every pair ([B, B])",
+        replays=(
+            Replay(
+                "torch",
+                "loss_broadcast",
+                "each [B] prediction against its [B] target compared as [B, 1] against [B] (F.mse_loss / "
+                "smooth_l1 / huber / l1, or q - target)",
+            ),
+        ),
     ),
     Diagnosis(
         "P16",
