@@ -381,3 +381,47 @@ def test_p14_a_td_loss_broadcast_is_named_by_a_replay(squeezed: bool, written: b
         assert report.first_parting("float64").section == "loss", report.table()
         assert [(h.pitfall, h.confirmed) for h in report.hints[:1]] == [("P14", True)], report.table()
     assert torch.Tensor.__sub__ is torch._C.TensorBase.__sub__  # the replay's patch is gone
+
+
+SCALE = 1e39  # a loss scale beyond float32 (inf there), a number in float64
+
+
+def _scaled_torch_step(skip: bool):
+    optimizers = {}
+
+    def step(model, batch):
+        opt = optimizers.setdefault(id(model), torch.optim.SGD(model.parameters(), lr=0.1))
+        opt.zero_grad()
+        loss = _t_loss(model, batch)
+        (loss * SCALE).backward()
+        grads = [q.grad for q in model.parameters()]
+        if not skip or all(torch.isfinite(g).all() for g in grads):  # GradScaler's rule: skip on inf / nan
+            for g in grads:
+                g.div_(SCALE)
+            opt.step()
+        return loss.detach()
+
+    return step
+
+
+def _scaled_jax_step():
+    optimizers = {}
+
+    def step(model, batch):  # a fixed scale, the update applied whatever the gradients
+        opt = optimizers.setdefault(id(model), nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param))
+        loss, grads = nnx.value_and_grad(lambda m, b: _j_loss(m, b) * SCALE)(model, batch)
+        opt.update(model, jax.tree.map(lambda g: g / SCALE, grads))
+        return loss / SCALE
+
+    return step
+
+
+def test_p15_a_step_torch_skips_on_overflow_and_the_port_applies_is_named() -> None:
+    """float64 holds the scaled gradients, float32 overflows them: torch skips the step (GradScaler's rule), the
+    port applies it. The float32-only difference is named P15, not rounding (P16)."""
+    kw = dict(steps=2, jax_step=_scaled_jax_step(), dtypes=("float64", "float32"))
+    report = check_port(TMLP(), JMLP(), XY, torch_loss=_t_loss, jax_loss=_j_loss, torch_step=_scaled_torch_step(True),
+                        **kw)  # fmt: skip
+    assert not report.failed("float64") and report.failed("float32", "steps"), report.table()
+    assert report.skipped["float32"]["torch"] and "jax" not in report.skipped["float32"]
+    assert report.named() == ["P15"], report.table()

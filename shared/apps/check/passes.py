@@ -46,6 +46,12 @@ def _same(a, b) -> bool:
     )
 
 
+def _sums(values: Mapping[str, np.ndarray], keys=None) -> dict[str, float]:
+    """Each floating leaf's sum (of those in `keys`, where given): equal before and after a step that moved nothing."""
+    return {k: float(np.sum(v, dtype=np.float64)) for k, v in values.items()
+            if (keys is None or k in keys) and np.asarray(v).dtype.kind == "f"}  # fmt: skip
+
+
 def _cast(batch: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
     return {k: v.astype(dtype) if v.dtype.kind == "f" else v for k, v in batch.items()}
 
@@ -147,11 +153,17 @@ class Passes:
             p.torch.update(outputs={}, grads_native={})
             p.jax.update(outputs={}, grads={})
         keep_full = False  # memory for the kept steps ran out
+        sums = {"torch": _sums(p.expected), "jax": _sums(p.actual)}  # a step that moved no leaf keeps every sum
         for s in range(1, self.k + 1):
             # one step of each side alive: the last one's arrays are gone before the next is asked for
             # (JAX donates its state to the update; a numpy view of it would force a copy)
             ts, js = next(torch_steps), next(jax_steps)
             ts["step"] = js["step"] = s
+            for side, st in (("torch", ts), ("jax", js)):  # a skipped step (GradScaler on inf / nan): nothing moved
+                now = _sums(st["values"], sums[side])
+                if now == sums[side]:
+                    self.report.skipped.setdefault(dtype, {}).setdefault(side, []).append(s)
+                sums[side] = now
             p.step_dropped |= set(ts.pop("dropped"))
             parted = not all(r.ok for r in judge.step(s, ts, js)) or parted
             # from the first difference on, the diagnosis (and its replays) read the steps, while they fit

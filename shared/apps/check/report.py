@@ -87,6 +87,7 @@ class PortReport:
     # longer than K, a zero learning rate): equal steps that changed nothing are no evidence about the update
     unmoved: int = 0
     order: list[str] = field(default_factory=list)  # torch's modules (dotted) in the order their forward finished
+    skipped: dict = field(default_factory=dict)  # dtype -> side -> the steps that moved no leaf (a skipped update)
 
     def interval(self) -> tuple[str, list[str], str] | None:
         """Where the float64 forward parts: (the last module before the first parting whose outputs match, the

@@ -1,5 +1,5 @@
 """Numerics and conventions of the forward: P03 ties at kinks, P04 GELU, P12 mask polarity, P13 where, P14 a
-loss broadcast, P16 precision."""
+loss broadcast, P15 a skipped step, P16 precision."""
 
 from __future__ import annotations
 
@@ -29,7 +29,31 @@ def _tie_split(row, j: np.ndarray, t: np.ndarray) -> str | None:
     return f"{int(d.sum())} entries differ but carry the same total gradient {total:.6g}: redistributed over ties"
 
 
+def _skips(report, dtype: str = "float32") -> list[tuple[int, str]]:
+    """The steps one side skipped (moved no leaf) and the other did not: (step, the side that skipped)."""
+    sk = report.skipped.get(dtype, {})
+    t, j = set(sk.get("torch", [])), set(sk.get("jax", []))
+    return sorted((s, "torch" if s in t else "jax") for s in t ^ j)
+
+
+def _skipped_step(report) -> tuple[str, str] | None:
+    """A step one side skipped and the other applied, in float32 only: an overflow of a scaled loss (GradScaler
+    skips a step whose gradients are inf / nan and halves its scale; a port that keeps a fixed scale applies it)."""
+    found = _skips(report)
+    if not found:
+        return None
+    s, side = found[0]
+    skipper, other = ("torch", "the port") if side == "torch" else ("the port", "torch")
+    return f"float32 steps step {s}", (
+        f"at step {s} {skipper} moved no parameter (a skipped update) and {other} applied one; float64 matches: "
+        "float32 overflowed a scaled loss's gradients, skipped on one side only (torch.amp.GradScaler skips and "
+        "halves its scale; optax.apply_if_finite does the same in JAX)"
+    )
+
+
 def _float32_only(report) -> tuple[str, str] | None:
+    if _skips(report):  # a step skipped on one side says more than rounding: P15's
+        return None
     worst = max(report.failed("float32"), key=lambda r: r.max_rel)
     return worst.where, (
         f"float64 matches everywhere; float32 differs by up to {worst.max_rel:.1e} relative: "
@@ -93,6 +117,12 @@ RECORDS = (
                 "smooth_l1 / huber / l1, or q - target)",
             ),
         ),
+    ),
+    Diagnosis(
+        "P15",
+        "loss-scale overflow: a step skipped on one side (non-finite scaled gradients), applied on the other",
+        signatures=(Signature("float32", _skipped_step, title="a step skipped on one side only: loss-scale overflow"),),
+        in_steps=True,
     ),
     Diagnosis(
         "P16",
