@@ -223,6 +223,8 @@ def test_a_stop_inside_a_block_whose_forward_matches_is_located_by_the_backward(
     rows = {r.key: r for r in report.rows if r.section == "backward"}
     assert rows["model/layers/1/self_attn/o_proj"].ok and rows["model/layers/1/mlp"].ok
     assert report.hints[0].pitfall == "basics" and "k_proj" in report.hints[0].where
+    back = [h for h in report.hints if h.where.startswith("float64 backward ")]
+    assert back and "the port stops it there (a stop_gradient)" in back[0].evidence  # JAX's incoming gradient: zeros
     assert report.to_json()["backward_parting"]["torch"] == "model.layers.1.self_attn.k_proj"
     assert any(
         line.startswith("float64: backward parting at model/layers/1/self_attn/k_proj") for line in report.lines()
@@ -265,6 +267,8 @@ def test_a_detach_in_the_torch_reference_is_located_by_the_backward_too() -> Non
     back = report.backward_parting()
     assert back is not None and back.torch == "inp", report.table()
     assert {r.key for r in report.failed("float64", "backward")} == {"inp"}
+    # torch's gradient at inp comes from one path, the port's from two: neither is zero, it arrives changed
+    assert any(h.pitfall == "basics" and "arrives changed" in h.evidence for h in report.hints), report.table()
 
 
 def _bert():

@@ -234,7 +234,7 @@ def diagnose(report, passes: dict, plan, structures, transfer: bool = True, step
                 hints.append(_hint(d.id, sig.title or d.title, line.keys, ev))
     back = report.backward_parting()
     for d, sig in catalogue.signatures("backward") if back is not None else ():
-        ev = sig.fn(back)
+        ev = sig.fn(back, *p.values.get(("backward", None, back.key), (None, None)))
         if ev:
             hints.append(_hint(d.id, sig.title or d.title, back.where, ev))
     if report.failed("float64") and not hints:

@@ -3,6 +3,8 @@ matches), a freeze that is not one (frozen_backbone)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from .kinds import Diagnosis, Signature
 
 __all__ = ["RECORDS"]
@@ -19,11 +21,17 @@ def _stop(line, report) -> str | None:
     return None if _freezing(line, report) or forward else line.text
 
 
-def _inside(row) -> str:
+def _inside(row, j: np.ndarray | None, t: np.ndarray | None) -> str:
+    """Which side stops the gradient arriving at the backward parting, by the incoming gradients themselves."""
+    if j is not None and t is not None and not np.any(j) and np.any(t):
+        what = "the port stops it there (a stop_gradient) where torch lets it through"
+    elif j is not None and t is not None and not np.any(t) and np.any(j):
+        what = "torch stops it there (detach, no_grad) where the port lets it through"
+    else:
+        what = "it arrives changed: a stop on part of it (one branch, some entries), or a custom VJP"
     return (
         f"the forward matches; the gradient arriving at {row.torch}'s output differs (max |jax-torch| "
-        f"{row.max_abs:.3g}) while the modules downstream get torch's: a stop_gradient, detach or custom VJP "
-        "between them"
+        f"{row.max_abs:.3g}) while the modules downstream get torch's: {what}"
     )
 
 

@@ -13,8 +13,9 @@ Signature kinds, and what the engine (../diagnose.py) hands each one:
            steps move away from its initial value (moved True: a hypothesis).
   float32  fn(report) -> (where, evidence) | None, when float64 matches and float32 does not.
   flow     fn(line, report) -> evidence | None, for each gradient-flow line that does not match.
-  backward fn(row) -> evidence | None, for the backward parting (report.backward_parting): the first module,
-           in backward order, whose output matches and whose incoming gradient does not.
+  backward fn(row, j, t) -> evidence | None, for the backward parting (report.backward_parting): the first
+           module, in backward order, whose output matches and whose incoming gradient does not (j, t: the
+           two incoming gradients, or None where they were not kept).
   ties     fn(group, values, report) -> evidence | None, for each torch tensor the port gives several
            NNX leaves (group: [(NNX key, layout transposed from the first's)], values: the float64
            pass's {(section, step, key): (jax, torch)}); the keys it explains get no "values" hint.
