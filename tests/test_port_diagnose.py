@@ -386,7 +386,9 @@ def _torch_step(extra=None):
     optimizers = {}
 
     def step(model, batch):  # the optimizer belongs to the model the checker hands in (its own copy)
-        opt = optimizers.setdefault(id(model), torch.optim.SGD(model.online.parameters(), lr=0.5))
+        opt = optimizers.setdefault(id(model), (model, torch.optim.SGD(model.online.parameters(), lr=0.5)))[
+            1
+        ]  # the model kept: its id is never reused
         opt.zero_grad()
         loss = t_mse(model, batch)
         loss.backward()
@@ -406,7 +408,9 @@ def _jax_step(swapped: bool, tx=None):
 
     def step(model, batch):
         wrt = nnx.All(nnx.Param, nnx.PathContains("online"))
-        opt = optimizers.setdefault(id(model), nnx.Optimizer(model, tx or optax.sgd(0.5), wrt=wrt))
+        opt = optimizers.setdefault(id(model), (model, nnx.Optimizer(model, tx or optax.sgd(0.5), wrt=wrt)))[
+            1
+        ]  # the model kept: its id is never reused
         loss, grads = nnx.value_and_grad(j_mse, argnums=nnx.DiffState(0, wrt))(model, batch)
         opt.update(model, grads)
         online, target = nnx.state(model.online, nnx.Param), nnx.state(model.target, nnx.Param)

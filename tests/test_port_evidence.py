@@ -46,7 +46,7 @@ def torch_accumulating():
     state = {}
 
     def step(model, batch):
-        opt, calls = state.setdefault(id(model), [torch.optim.SGD(model.parameters(), lr=0.1), 0])
+        opt, calls, _ = state.setdefault(id(model), [torch.optim.SGD(model.parameters(), lr=0.1), 0, model])
         loss = torch_loss(model, batch)
         (loss / EVERY).backward()
         state[id(model)][1] = calls = calls + 1
@@ -66,7 +66,9 @@ def jax_accumulating(mean: bool):
     def step(model, batch):
         dtype = model.kernel.get_value().dtype
         tx = optax.MultiSteps(optax.sgd(0.1), every_k_schedule=EVERY, use_grad_mean=mean, accumulator_dtype=dtype)
-        opt = optimizers.setdefault(id(model), nnx.Optimizer(model, tx, wrt=nnx.Param))
+        opt = optimizers.setdefault(id(model), (model, nnx.Optimizer(model, tx, wrt=nnx.Param)))[
+            1
+        ]  # the model kept: its id is never reused
         loss, grads = nnx.value_and_grad(jax_loss)(model, batch)
         opt.update(model, grads)
         return loss

@@ -169,7 +169,9 @@ def _torch_step():
     optimizers = {}
 
     def step(model, batch):  # the user's own step: Adam with weight_decay is coupled L2
-        opt = optimizers.setdefault(id(model), torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1))
+        opt = optimizers.setdefault(
+            id(model), (model, torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1))
+        )[1]  # the model kept: its id is never reused
         opt.zero_grad()
         loss = _t_loss(model, batch)
         loss.backward()
@@ -183,7 +185,9 @@ def _jax_step(tx):
     optimizers = {}
 
     def step(model, batch):
-        opt = optimizers.setdefault(id(model), nnx.Optimizer(model, tx, wrt=nnx.Param))
+        opt = optimizers.setdefault(id(model), (model, nnx.Optimizer(model, tx, wrt=nnx.Param)))[
+            1
+        ]  # the model kept: its id is never reused
         loss, grads = nnx.value_and_grad(_j_loss)(model, batch)
         opt.update(model, grads)
         return loss
@@ -390,7 +394,9 @@ def _scaled_torch_step(skip: bool):
     optimizers = {}
 
     def step(model, batch):
-        opt = optimizers.setdefault(id(model), torch.optim.SGD(model.parameters(), lr=0.1))
+        opt = optimizers.setdefault(id(model), (model, torch.optim.SGD(model.parameters(), lr=0.1)))[
+            1
+        ]  # the model kept: its id is never reused
         opt.zero_grad()
         loss = _t_loss(model, batch)
         (loss * SCALE).backward()
@@ -408,7 +414,9 @@ def _scaled_jax_step():
     optimizers = {}
 
     def step(model, batch):  # a fixed scale, the update applied whatever the gradients
-        opt = optimizers.setdefault(id(model), nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param))
+        opt = optimizers.setdefault(id(model), (model, nnx.Optimizer(model, optax.sgd(0.1), wrt=nnx.Param)))[
+            1
+        ]  # the model kept: its id is never reused
         loss, grads = nnx.value_and_grad(lambda m, b: _j_loss(m, b) * SCALE)(model, batch)
         opt.update(model, jax.tree.map(lambda g: g / SCALE, grads))
         return loss / SCALE

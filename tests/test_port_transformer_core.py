@@ -386,3 +386,22 @@ def test_the_forward_parting_is_an_interval_between_compared_modules(llama) -> N
                                             "at": "model.layers.0.mlp.down_proj"}  # fmt: skip
     assert "float64: the forward parts after model.layers.0.mlp.up_proj (its output matches)" in report.table()
     assert _check(llama, LlamaLM()).interval() is None  # no parting, no interval
+
+
+def test_a_gemma_table_scaled_by_itself_is_replayed_unscaled_and_never_scaled_twice() -> None:
+    """Gemma multiplies its lookup by √d inside the embedding module: embedding_unscaled gives the plain lookup (a
+    port that leaves the scale out), and embedding_scaled does not apply (it would scale twice)."""
+    from detach_parity.torch_impl.backend.knobs import knob
+
+    config = transformers.GemmaConfig(vocab_size=V, hidden_size=D, intermediate_size=F, num_hidden_layers=1,
+                                      num_attention_heads=NH, num_key_value_heads=NH, head_dim=DH)  # fmt: skip
+    torch.manual_seed(4)
+    model = transformers.GemmaForCausalLM(config).double().eval()
+    table, ids = model.get_input_embeddings(), torch.tensor(BATCH["ids"])
+    with torch.no_grad(), knob(model, "embedding_unscaled"):
+        torch.testing.assert_close(table(ids), table.weight[ids], rtol=0, atol=0)
+    with torch.no_grad():  # restored: the table scales again
+        torch.testing.assert_close(table(ids), table.weight[ids] * D**0.5, rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="embedding_scaled: expected an nn.Embedding that does not scale itself"):
+        with knob(model, "embedding_scaled"):
+            pass

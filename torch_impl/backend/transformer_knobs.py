@@ -9,8 +9,9 @@ with one change: no scale, or 1/√(model width) for 1/√(head width); the caus
 token ahead visible; the padding mask inverted; grouped-query heads tiled where HF repeats each one.
 The rotary knobs rotate interleaved pairs (2i, 2i+1: GPT-J, Meta's checkpoints) where HF rotates
 halves, or recompute inv_freq with another θ; the gated-MLP knob applies the activation to up_proj
-instead of gate_proj; the embedding knobs scale the input embeddings by √d, or drop the token-type
-embeddings, after the checker has recorded the embedding module's own output.
+instead of gate_proj; the embedding knobs scale the input embeddings by √d (after the checker has recorded
+the embedding module's own output), leave out the √d a Gemma table applies itself, or drop the token-type
+embeddings.
 Gradient flow: unchanged; the replay's autograd runs through the counterfactual.
 Port note: every function, attribute and hook is restored when the run ends; transformers is never
 imported here (a model without an HF module gets a ValueError: the knob does not apply).
@@ -38,7 +39,15 @@ _SCALES = {"attention_unscaled": lambda h, d: 1.0, "attention_scale_width": lamb
 _MASKS = ("causal_strict", "causal_ahead", "padding_mask_inverted")
 _CORE = (*_SCALES, *_MASKS, "gqa_tiled")
 _THETAS = {"rope_theta_1e4": 1e4, "rope_theta_5e5": 5e5, "rope_theta_1e6": 1e6}
-KNOBS = (*_CORE, "rotary_interleaved", *_THETAS, "gated_mlp_swapped", "embedding_scaled", "token_type_dropped")
+KNOBS = (
+    *_CORE,
+    "rotary_interleaved",
+    *_THETAS,
+    "gated_mlp_swapped",
+    "embedding_scaled",
+    "embedding_unscaled",
+    "token_type_dropped",
+)
 
 
 def kind_of(module: nn.Module) -> str | None:
@@ -75,6 +84,8 @@ def knob(model: nn.Module, names: tuple[str, ...]) -> Iterator[None]:
             stack.enter_context(_gated_mlp_swapped(model))
         if "embedding_scaled" in names:
             stack.enter_context(_embedding_scaled(model))
+        if "embedding_unscaled" in names:
+            stack.enter_context(_embedding_unscaled(model))
         if "token_type_dropped" in names:
             stack.enter_context(_token_type_dropped(model))
         yield
@@ -247,9 +258,24 @@ def _embedding_scaled(model: nn.Module) -> contextlib.AbstractContextManager:
     table = owner.get_input_embeddings() if owner is not None else None
     if not isinstance(table, nn.Embedding):
         table = next((m for m in model.modules() if isinstance(m, nn.Embedding)), None)
-    if table is None:
-        raise ValueError("knob embedding_scaled: expected an nn.Embedding in the model, found none")
+    if table is None or hasattr(table, "embed_scale"):  # Gemma's table scales itself: embedding_unscaled's case
+        raise ValueError("knob embedding_scaled: expected an nn.Embedding that does not scale itself, found none")
     return _after_recording(table, lambda out: out * math.sqrt(table.embedding_dim))
+
+
+@contextlib.contextmanager
+def _embedding_unscaled(model: nn.Module) -> Iterator[None]:
+    # Gemma's scaled word embedding multiplies its lookup by √d inside its forward: the plain lookup instead
+    tables = [m for m in model.modules() if isinstance(m, nn.Embedding) and hasattr(m, "embed_scale")]
+    if not tables:
+        raise ValueError("knob embedding_unscaled: expected an embedding that scales itself (embed_scale), found none")
+    for m in tables:
+        m.forward = lambda ids, m=m: nn.Embedding.forward(m, ids)
+    try:
+        yield
+    finally:
+        for m in tables:
+            del m.forward
 
 
 @contextlib.contextmanager

@@ -115,10 +115,18 @@ RECORDS = (
     ),
     Diagnosis(
         "embedding_scale",
-        "input embeddings scaled by √(width) (a Gemma / T5 habit) where the model does not scale them",
+        "input embeddings scaled by √(width) where the model does not scale them (a Gemma / T5 habit), or not "
+        "where it does (Gemma)",
         replays=(
             Replay(
                 "torch", "embedding_scaled", "the input embeddings multiplied by √(embedding width)", modules=_EMBEDDING
+            ),
+            Replay(
+                "torch",
+                "embedding_unscaled",
+                "the √(width) a scaled embedding table applies (Gemma) left out",
+                title="input embeddings not scaled: the port leaves out the √(width) the model applies (Gemma)",
+                modules=_EMBEDDING,
             ),
         ),
     ),
