@@ -23,6 +23,8 @@ ONE_SIDED = {
     "another attention, rotary or gated-MLP convention (jax_impl's knobs change precision)",
     "torch_impl/backend/recurrent_knobs.py": "replays change the torch reference only: a port is never run with "
     "another GRU bias or LSTM gate convention",
+    "torch_impl/backend/layer_knobs.py": "replays change the torch reference only: a port is never run with "
+    "another convolution padding or cross-entropy mean",
 }
 # public names one side has and the other does not: (module, framework, name) -> reason
 ONE_SIDED_NAMES = {

@@ -100,7 +100,8 @@ def test_the_catalogue_and_the_backends_knobs_are_one_to_one() -> None:
     assert {"gelu_tanh", "norm_eps", "bn_momentum", "mask_inverted", "adam_swapped"} <= implemented["torch"]
     sheet = docs.cheatsheet_page()
     for d in catalogue.CATALOGUE.values():  # a pitfall's or a scenario's record links its lesson
-        core = d in catalogue.attention.RECORDS and f"| `{d.id}` |" in sheet  # the cheatsheet's transformer table
+        # the cheatsheet's transformer and layer tables
+        core = d in catalogue.attention.RECORDS + catalogue.layers.RECORDS and f"| `{d.id}` |" in sheet
         assert d.title and (page(d.id).endswith(".html") or d.id == "tied_weights" or core), d.id
 
 

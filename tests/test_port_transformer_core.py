@@ -388,6 +388,18 @@ def test_the_forward_parting_is_an_interval_between_compared_modules(llama) -> N
     assert _check(llama, LlamaLM()).interval() is None  # no parting, no interval
 
 
+def test_a_module_with_no_twin_feeding_the_parting_is_in_the_interval(llama) -> None:
+    """θ wrong in a port that computes its rotary tables inline: the forward parts inside the attention core
+    (after v_proj, at o_proj), and the interval names model.rotary_emb, which ran before the first layer and
+    whose cos / sin the attention takes as inputs; the gate / up swap's interval is fed by no such module."""
+    report = _check(llama, LlamaLM(theta=1e4))
+    assert report.interval() == ("model.layers.0.self_attn.v_proj", ["model.rotary_emb"],
+                                 "model.layers.0.self_attn.o_proj"), report.table()  # fmt: skip
+    assert any("feeding it, with no NNX twin to compare: model.rotary_emb" in line for line in report.lines())
+    assert "model.rotary_emb" in report.feeds["model.layers.0.self_attn"]
+    assert "model.layers.0.input_layernorm" in report.feeds["model.layers.0.self_attn"]  # paired: not listed
+
+
 def test_a_gemma_table_scaled_by_itself_is_replayed_unscaled_and_never_scaled_twice() -> None:
     """Gemma multiplies its lookup by √d inside the embedding module: embedding_unscaled gives the plain lookup (a
     port that leaves the scale out), and embedding_scaled does not apply (it would scale twice)."""

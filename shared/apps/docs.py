@@ -129,9 +129,9 @@ def cheatsheet_page() -> str:
             p = registry.get(name).porting
             out += [f"### `{name}`", "", f"- **torch**: {p.torch}", f"- **JAX**: {p.jax}", f"- **trap**: {p.trap}"]
             out += [f"- **proved by**: {_proof(name)}", ""]
-    from .check.catalogue import attention  # the port checker's diagnoses with no lesson of their own
+    from .check.catalogue import attention, layers  # the port checker's diagnoses with no lesson of their own
 
-    return "\n".join(out + attention.cheatsheet())
+    return "\n".join(out + attention.cheatsheet() + layers.cheatsheet())
 
 
 def claims_page() -> str:

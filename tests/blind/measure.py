@@ -32,6 +32,7 @@ KINDS = {
     "causal_diagonal": "causal_diagonal", "rotary_layout": "rotary_layout", "rotary_theta": "rotary_theta",
     "gqa_heads_tiled": "gqa_heads", "gqa_tiled": "gqa_heads", "swiglu_swapped": "gated_mlp_order",
     "embedding_scaled": "embedding_scale", "token_type_dropped": "token_type",
+    "conv_padding": "conv_padding", "ignore_index_mean": "ignore_index",  # named since round 3 measured them
 }  # fmt: skip
 
 
@@ -64,9 +65,6 @@ REASONS = {
     "functions only",
     "15_cnn_flatten_order.py": "named P07 (confirmed by its replay); a P06 hint beside it is the BatchNorm "
     "running statistics downstream of the wrong head, a second name that is not the bug",
-    "32_llama_rotary_theta.py": "named, not located: the rotary tables come from model.rotary_emb at the model's "
-    "start; the port computes them inline in its attention, so the forward parts inside the attention core "
-    "(between v_proj and o_proj), downstream of where θ lives",
 }
 
 

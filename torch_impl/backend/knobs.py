@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._layout import EPS_NAMES, norm_like
-from . import recurrent_knobs, transformer_knobs
+from . import layer_knobs, recurrent_knobs, transformer_knobs
 from .layout import activation_of
 
 __all__ = ["knobs", "knob"]
@@ -54,6 +54,7 @@ _KNOBS = (
     "loss_broadcast",
     *transformer_knobs.KNOBS,  # attention, rotary, gated MLP, embeddings: transformer_knobs.py
     *recurrent_knobs.KNOBS,  # GRU's b_hn, LSTM gate order and state order: recurrent_knobs.py
+    *layer_knobs.KNOBS,  # a convolution's "SAME" padding, cross-entropy's mean over ignored positions
 )
 
 
@@ -129,7 +130,7 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
     for (owner, attr, make), (original, _) in zip(patches, originals, strict=True):
         setattr(owner, attr, make(original))
     try:
-        with transformer_knobs.knob(model, names), recurrent_knobs.knob(model, names):
+        with transformer_knobs.knob(model, names), recurrent_knobs.knob(model, names), layer_knobs.knob(model, names):
             yield
     finally:
         for (owner, attr, _), (original, own) in zip(patches, originals, strict=True):

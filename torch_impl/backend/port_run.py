@@ -108,7 +108,7 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
        canonical array, or None where .grad is None}}, "trainable": {unit: {leaf: requires_grad}},
        "islands": {module path or "(loss)": (dtype, modules finished before it)} where a float64
        forward computed in float32 or narrower, "finished": module paths in the order their first
-       call finished}.
+       call finished, "feeds": {module path: [modules whose outputs it took as inputs]}}.
     Raises:
       ValueError: the loss raised or is not a scalar.
     """
@@ -158,7 +158,8 @@ def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable 
     layouts: dict[str, list] = {}
     wide = any(p.dtype == torch.float64 for p in model.parameters())
     islands: dict | None = {} if wide else None  # only a float64 forward can hide a narrower island
-    with recording(model, outputs, islands, layouts) as finished:
+    feeds: dict[str, list] = {}
+    with recording(model, outputs, islands, layouts, feeds) as finished:
         loss = _scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")
     if loss.requires_grad:  # a loss computed from stopped values only has no graph: every .grad stays None
         loss.backward()
@@ -173,6 +174,7 @@ def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable 
         "trainable": trainable,
         "islands": dict(islands or {}),
         "finished": list(dict.fromkeys(finished)),
+        "feeds": feeds,
     }
 
 

@@ -61,20 +61,33 @@ class _Islands(TorchDispatchMode):
 
 @contextlib.contextmanager
 def recording(
-    model: nn.Module, outputs: dict[str, list], islands: dict | None = None, layouts=None
+    model: nn.Module, outputs: dict[str, list], islands: dict | None = None, layouts=None, feeds=None
 ) -> Iterator[list[str]]:
     """Every submodule's outputs per call (and in `layouts` their named axes, outputs.py); with `islands`
-    (a float64 run), where it computes narrower. Yields the module paths in the order their calls finished."""
+    (a float64 run), where it computes narrower; in `feeds`, {module path: [the modules whose outputs it
+    took as inputs, args or keywords]} (Llama's attention takes model.rotary_emb's cos / sin). Yields the
+    module paths in the order their calls finished."""
     stack: list[str] = []
     finished: list[str] = []
     known: dict = {}  # id(tensor) -> (tensor, its named axes): what a module without a rule passes on
+    made: dict[int, tuple[torch.Tensor, list[str]]] = {}  # id(output tensor) -> (it, the modules returning it)
 
     def pre(name: str):
-        return lambda module, args: stack.append(name) and None
+        def hook(module, args, kwargs) -> None:
+            stack.append(name)
+            if feeds is not None:
+                for t in _tensors((args, kwargs)):
+                    if id(t) in made and made[id(t)][0] is t:
+                        feeds.setdefault(name, []).extend(m for m in made[id(t)][1] if m not in feeds[name])
+
+        return hook
 
     def post(name: str):
         def hook(module, args, out) -> None:
             tensors = _tensors(out)
+            for t in tensors:  # an id freed and reused is a new tensor
+                made[id(t)] = made[id(t)] if id(t) in made and made[id(t)][0] is t else (t, [])
+                made[id(t)][1].append(name)
             outputs.setdefault(name, []).append([t.detach().cpu().numpy().copy() for t in tensors])
             if layouts is not None:
                 layouts.setdefault(name, []).append(output_axes(module, args, tensors, known))
@@ -85,7 +98,7 @@ def recording(
         return hook
 
     handles = [h for p, sub in model.named_modules() for h in (
-        sub.register_forward_pre_hook(pre(_key(p))), sub.register_forward_hook(post(_key(p))))]  # fmt: skip
+        sub.register_forward_pre_hook(pre(_key(p)), with_kwargs=True), sub.register_forward_hook(post(_key(p))))]  # fmt: skip
     mode = _Islands(stack, finished, islands) if islands is not None else contextlib.nullcontext()
     try:
         with mode:

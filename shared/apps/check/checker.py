@@ -192,6 +192,10 @@ def check_port(
             "and steps compared in that order"
         )
     report.order = [name.replace("/", ".") or "(model)" for name in p64.torch.get("finished", [])]
+    report.feeds = {
+        n.replace("/", ".") or "(model)": [m.replace("/", ".") or "(model)" for m in ms]
+        for n, ms in p64.torch.get("feeds", {}).items()
+    }
     forward = report.failed("float64", "outputs") + report.failed("float64", "loss")
     if report.failed("float64", "grads") and not forward:  # the forward cannot say where: the backward can
         c.progress("float64: the gradient arriving at each module ...")

@@ -152,7 +152,7 @@ def _first_steps(p) -> tuple[dict, dict] | None:
 
 
 def _step_context(p, plan, first: tuple[dict, dict]) -> StepContext:
-    ratios = {}
+    ratios, decay = {}, {}
     tv, jv = first[0]["values"], first[1]["values"]
     for r_key in p.flow:  # leaves with a gradient; a BatchStat moves without one, by design
         if r_key not in jv or r_key not in tv:
@@ -162,8 +162,11 @@ def _step_context(p, plan, first: tuple[dict, dict]) -> StepContext:
         q = catalogue.kinds.constant_ratio(dj, dt, rtol=1e-6)
         if q is not None:
             ratios[r_key] = q
+        c = catalogue.kinds.constant_ratio(dj - dt, p.expected[r_key], rtol=1e-4)  # a shrink c·w on one side
+        if c is not None:
+            decay[r_key] = c
     no_grad = {k for k in ratios if k in p.no_grad}
-    return StepContext(ratios, no_grad, p.sources, p.grad_norm, plan.torch_name)
+    return StepContext(ratios, no_grad, p.sources, p.grad_norm, plan.torch_name, decay=decay)
 
 
 def _steps(report, p, plan) -> list[Hint]:
@@ -174,6 +177,7 @@ def _steps(report, p, plan) -> list[Hint]:
     parted = {r.key for r in report.failed("float64") if r.section == "steps" and r.step == 1 and r.key != "loss"}
     ctx = _step_context(p, plan, first)
     ctx.ratios = {k: q for k, q in ctx.ratios.items() if k in parted}
+    ctx.decay, ctx.parted = {k: c for k, c in ctx.decay.items() if k in parted}, parted
     return [
         _hint(d.id, sig.title or d.title, where, ev)
         for d, sig in catalogue.signatures("steps")

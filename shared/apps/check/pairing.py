@@ -100,6 +100,10 @@ def pair(ta: list, tspecs: list | None, ja: list, jspecs: list | None) -> list[t
                 moved = to_nnx(t, *_placeholders(ts[1], js[1]), shape) if js is not None and js[0] == ts[0] else None
             elif ts is not None:
                 moved = to_nnx(t, ts[1], _nnx_default(ts[1]), shape)
+                if moved is not None and t.shape == shape and not np.array_equal(moved, t):
+                    # both fit (C = H = W after a stride): the layout the port's array is in, the nearer of the two
+                    j_ = np.asarray(j, dtype=np.float64)
+                    moved = min((moved, t), key=lambda c: float(np.max(np.abs(j_ - c), initial=0.0)))
                 moved = t if moved is None and t.shape == shape else moved
             else:
                 moved = _by_shape(t, shape)

@@ -88,12 +88,15 @@ class PortReport:
     unmoved: int = 0
     order: list[str] = field(default_factory=list)  # torch's modules (dotted) in the order their forward finished
     skipped: dict = field(default_factory=dict)  # dtype -> side -> the steps that moved no leaf (a skipped update)
+    feeds: dict = field(default_factory=dict)  # torch module (dotted) -> the modules whose outputs it took as inputs
 
     def interval(self) -> tuple[str, list[str], str] | None:
         """Where the float64 forward parts: (the last module before the first parting whose outputs match, the
         torch modules between them that have no NNX twin to compare, the first parting's module); None when the
         first parting is not a module's output. An activation or a rotary table the port computes inline sits in
-        the middle list: the difference arises there, or in the code between the two."""
+        the middle list: the difference arises there, or in the code between the two; so does one with no twin
+        whose output the parting module (or a module around it) takes as an input, wherever it ran: Llama's
+        attention takes its cos / sin from model.rotary_emb, which runs before the first layer."""
         first = self.first_parting("float64")
         if first is None or first.section != "outputs" or first.torch not in self.order:
             return None
@@ -105,6 +108,14 @@ class PortReport:
         matched = [i for i, name in enumerate(before) if rows.get(name) and all(rows[name])]
         start = matched[-1] if matched else -1
         unpaired = [name for name in before[start + 1 :] if name not in rows]
+        # the parting module's inputs, and those of the nearest block around it that takes any from outside it
+        # (Llama's o_proj: self_attn, fed by rotary_emb; down_proj: mlp, fed by a norm, not the layer's inputs)
+        parts = first.torch.split(".")
+        around = [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+        outside = lambda n: [m for m in self.feeds.get(n, []) if not m.startswith(n + ".")]  # noqa: E731
+        block = next((n for n in around if outside(n)), "")
+        fed = [m for m in self.feeds.get(first.torch, []) + outside(block) if m not in rows]
+        unpaired += [m for m in dict.fromkeys(fed) if m not in unpaired and not first.torch.startswith(m + ".")]
         return (before[start] if matched else "", unpaired, first.torch)
 
     @property
@@ -212,7 +223,8 @@ class PortReport:
         span = self.interval()
         if span is not None and (span[0] or span[1]):
             after = f"after {span[0]} (its output matches)" if span[0] else "from the start"
-            between = f"; torch modules on the way with no NNX twin to compare: {', '.join(span[1])}" if span[1] else ""
+            between = f"; torch modules on the way or feeding it, with no NNX twin to compare: {', '.join(span[1])}"
+            between = between if span[1] else ""
             out.append(f"float64: the forward parts {after}, at {span[2]}{between}")
         back = self.backward_parting()
         if back is not None:

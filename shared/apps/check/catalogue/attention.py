@@ -9,7 +9,7 @@ These records have no lesson of their own: the cheatsheet's "Transformer core" t
 
 from __future__ import annotations
 
-from .kinds import Diagnosis, Replay
+from .kinds import Diagnosis, Replay, table
 
 __all__ = ["RECORDS", "ATTENTION", "cheatsheet"]
 
@@ -140,9 +140,6 @@ RECORDS = (
 
 def cheatsheet() -> list[str]:
     """The cheatsheet's "Transformer core" section (docs/cheatsheet.md): each record, what its replays change."""
-    cell = lambda text: text.replace("|", "\\|")  # noqa: E731
-    rows = [f"| `{d.id}` | {cell(d.title)} | {cell('; '.join(r.change for r in d.replays))} |" for d in RECORDS]
     intro = ("Conventions a hand port of a Hugging Face model re-implements; `detach-parity check` names one when a "
              "replay of the torch reference with the port's convention makes every difference vanish.")  # fmt: skip
-    head = ["| diagnosis | the convention | replays (the torch reference with ...) |", "|---|---|---|"]
-    return ["## Transformer core (port checker)", "", intro, "", *head, *rows, ""]
+    return table("Transformer core (port checker)", intro, RECORDS)

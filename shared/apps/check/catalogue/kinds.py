@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Replay", "Signature", "Diagnosis", "StepContext", "KINDS"]
+__all__ = ["Replay", "Signature", "Diagnosis", "StepContext", "KINDS", "table"]
 
 KINDS = ("values", "steps", "config", "dropped", "float32", "flow", "ties", "backward")
 
@@ -101,7 +101,9 @@ class StepContext:
 
     ratios: NNX key -> Δ_jax / Δ_torch where that ratio is one constant over the leaf's entries;
     no_grad: keys whose torch gradient is None or zero; sources: key -> the canonical torch
-    leaves it folds; grad_norm: ‖g‖ over every torch gradient; torch_name: key(s) -> torch names.
+    leaves it folds; grad_norm: ‖g‖ over every torch gradient; torch_name: key(s) -> torch names;
+    decay: key -> c where Δ_jax − Δ_torch = c · w (w the weight before the step) with one c over the
+    leaf's entries; parted: the keys whose step 1 differs.
     """
 
     ratios: dict[str, float]
@@ -110,6 +112,8 @@ class StepContext:
     grad_norm: float
     torch_name: Callable[[list], str]
     trained: dict[str, float] = field(default_factory=dict)
+    decay: dict[str, float] = field(default_factory=dict)
+    parted: set[str] = field(default_factory=set)
 
     def where(self, key: str) -> str:
         return f"float64 steps step 1 {key}"
@@ -122,3 +126,12 @@ def constant_ratio(a: np.ndarray, b: np.ndarray, rtol: float) -> float | None:
         return None
     q = a[mask] / b[mask]
     return float(np.mean(q)) if np.std(q) <= rtol * abs(np.mean(q)) else None
+
+
+def table(title: str, intro: str, records) -> list[str]:
+    """A cheatsheet section (docs/cheatsheet.md) for records with no lesson page: each record, what its replays
+    change; markdown lines."""
+    cell = lambda text: text.replace("|", "\\|")  # noqa: E731
+    rows = [f"| `{d.id}` | {cell(d.title)} | {cell('; '.join(r.change for r in d.replays))} |" for d in records]
+    head = ["| diagnosis | the convention | replays (the torch reference with ...) |", "|---|---|---|"]
+    return [f"## {title}", "", intro, "", *head, *rows, ""]

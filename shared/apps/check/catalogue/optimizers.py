@@ -1,4 +1,5 @@
-"""Optimizers and training steps: P10 Adam's decay, P17 soft updates, the clip epsilon, first vs second order."""
+"""Optimizers and training steps: P10 Adam's decay, P19 a decay on one side only, P17 soft updates, the clip
+epsilon, first vs second order."""
 
 from __future__ import annotations
 
@@ -34,6 +35,23 @@ def _clip_epsilon(ctx: StepContext) -> list[tuple[str, str]]:
     return [("float64 steps", ev)]
 
 
+def _decay_one_side(ctx: StepContext) -> list[tuple[str, str]]:
+    """Every leaf that parts at step 1 has a gradient and parts by c · w, one c for all: a decoupled weight decay
+    (w -= lr·wd·w) that one side's step applies and the other's does not (P19's lost decay)."""
+    cs = list(ctx.decay.values())
+    if not cs or set(ctx.decay) != ctx.parted or ctx.parted & set(ctx.no_grad):
+        return []
+    c = float(np.mean(cs))
+    if c == 0 or any(abs(x - c) > 1e-3 * abs(c) for x in cs):
+        return []
+    who, other = ("torch", "the port") if c > 0 else ("the port", "torch")
+    ev = (f"on each of the {len(cs)} leaves that part at step 1, the port's update minus torch's is c · w with one "
+          f"c = {c:.6g}: {who} shrinks every weight by {abs(c):.6g} · w (a decoupled weight decay, lr · wd = "
+          f"{abs(c):.6g}) and {other} does not (torch SGD's or AdamW's weight_decay; optax.sgd / optax.adam have "
+          "none: optax.add_decayed_weights); tiny per step, it drifts over many")  # fmt: skip
+    return [("float64 steps step 1", ev)]
+
+
 RECORDS = (
     Diagnosis(
         "P10",
@@ -46,6 +64,12 @@ RECORDS = (
                 needs_steps=True,
             ),
         ),
+    ),
+    Diagnosis(
+        "P19",
+        "weight decay on one side only: every update differs by c · w (lr · wd), a drift over many steps",
+        signatures=(Signature("steps", _decay_one_side),),
+        in_steps=True,
     ),
     Diagnosis(
         "P17",
