@@ -192,3 +192,16 @@ def test_p19_a_weight_decay_on_one_side_only_is_named_from_the_first_steps_updat
     assert hints and report.hints[0].pitfall == "P19", report.table()
     assert f"{who} shrinks every weight by {LR * WD:.6g} · w" in hints[0].evidence, hints[0].evidence
     assert "P10" not in report.named()  # not Adam's coupled decay: the step differs by c · w exactly
+
+
+@pytest.mark.parametrize("tspec", [None, ("out", ("B", "C", "S1", "S2"))])
+def test_an_output_whose_two_layouts_share_a_shape_pairs_in_the_ports_layout(tspec) -> None:
+    """[B, 8, 8, 8] after a stride: channels first and channels last have one shape; the port's array, in either
+    layout, pairs with torch's in that layout (a residual block without an output rule, a model returning NCHW)."""
+    from detach_parity.shared.apps.check.pairing import pair
+
+    t = RNG.normal(size=(3, 8, 8, 8))
+    for j in (np.moveaxis(t, 1, -1), t):
+        [(n, m, moved)] = pair([t], [tspec], [j], [None])
+        assert (n, m) == (0, 0)
+        np.testing.assert_array_equal(moved, j)

@@ -33,6 +33,7 @@ KINDS = {
     "gqa_heads_tiled": "gqa_heads", "gqa_tiled": "gqa_heads", "swiglu_swapped": "gated_mlp_order",
     "embedding_scaled": "embedding_scale", "token_type_dropped": "token_type",
     "conv_padding": "conv_padding", "ignore_index_mean": "ignore_index",  # named since round 3 measured them
+    "weight_decay_dropped": "P19",
 }  # fmt: skip
 
 
@@ -141,8 +142,9 @@ def markdown(rows: list[dict], result: dict, source: str, folder: str = "round1"
         "writer who had not read the checker (BRIEF.md beside them), each proven in float64 by the writer's own "
         f"loader (KEY.json). Measured by `python tests/blind/measure.py --json {source}`; "
         "`pytest -m slow tests/test_port_blind.py` holds these rates as floors. Every round: "
-        "[round 1](blind.md), [round 2](blind-round2.md), [round 3](blind-round3.md) (the latest, written blind "
-        "by two writers while the transformer replays and the backward localisation were built).",
+        "[round 1](blind.md), [round 2](blind-round2.md), [round 3](blind-round3.md) (written blind by two writers "
+        "while the transformer replays and the backward localisation were built), [round 4](blind-round4.md) (the "
+        "latest: 16 ports written after round 3's misses were fixed, new architectures and the new records' kinds).",
         "",
         f"- correct ports: {sm['matched']} of {sm['correct']} match; {sm['false_alarms']} false alarm(s); "
         f"{sum(r['outcome'] == 'refused' for r in rows if r['kind'] == 'correct')} refused",

@@ -70,12 +70,18 @@ def _nnx_default(taxes: tuple) -> tuple:
     return tuple(a for a in taxes if a != "C") + (("C",) if "C" in taxes else ())
 
 
-def _by_shape(t: np.ndarray, shape: tuple) -> np.ndarray | None:
-    if t.shape == shape:
-        return t
-    if t.ndim >= 3 and np.moveaxis(t, 1, -1).shape == shape:  # torch channels first, NNX channels last
-        return np.moveaxis(t, 1, -1)
-    return None
+def _by_shape(t: np.ndarray, shape: tuple, j) -> np.ndarray | None:
+    last = np.moveaxis(t, 1, -1) if t.ndim >= 3 else t  # torch channels first, NNX channels last
+    if t.shape == shape and last.shape == shape:
+        return _nearer(j, t, last)
+    return t if t.shape == shape else last if last.shape == shape else None
+
+
+def _nearer(j, *candidates: np.ndarray) -> np.ndarray:
+    """Of torch's array in two layouts that both fit the port's shape (C = H = W after a stride), the one the
+    port's array is in: the nearer to it."""
+    j = np.asarray(j, dtype=np.float64)
+    return min(candidates, key=lambda c: float(np.nanmax(np.abs(j - c), initial=0.0)))
 
 
 def pair(ta: list, tspecs: list | None, ja: list, jspecs: list | None) -> list[tuple[int, int, np.ndarray]]:
@@ -100,13 +106,10 @@ def pair(ta: list, tspecs: list | None, ja: list, jspecs: list | None) -> list[t
                 moved = to_nnx(t, *_placeholders(ts[1], js[1]), shape) if js is not None and js[0] == ts[0] else None
             elif ts is not None:
                 moved = to_nnx(t, ts[1], _nnx_default(ts[1]), shape)
-                if moved is not None and t.shape == shape and not np.array_equal(moved, t):
-                    # both fit (C = H = W after a stride): the layout the port's array is in, the nearer of the two
-                    j_ = np.asarray(j, dtype=np.float64)
-                    moved = min((moved, t), key=lambda c: float(np.max(np.abs(j_ - c), initial=0.0)))
+                moved = _nearer(j, moved, t) if moved is not None and t.shape == shape else moved
                 moved = t if moved is None and t.shape == shape else moved
             else:
-                moved = _by_shape(t, shape)
+                moved = _by_shape(t, shape, j)
             if moved is not None:
                 used.add(m)
                 out.append((n, m, moved))
