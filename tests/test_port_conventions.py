@@ -4,6 +4,7 @@ each with one bug, named; the same port without the bug matches."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
@@ -205,3 +206,17 @@ def test_an_output_whose_two_layouts_share_a_shape_pairs_in_the_ports_layout(tsp
         [(n, m, moved)] = pair([t], [tspec], [j], [None])
         assert (n, m) == (0, 0)
         np.testing.assert_array_equal(moved, j)
+
+
+def test_p19_leaves_a_decay_on_a_frozen_leaf_to_the_freeze() -> None:
+    """torch freezes fc1 (AdamW skips it), the port stops its gradient and its AdamW still decays it: the step
+    differs by c · w on fc1 alone, the frozen-leaf signature (frozen_backbone), not a decay lost everywhere."""
+    tm = TMLP()
+    tm.fc1.requires_grad_(False)
+
+    def j_mse(m, b):
+        return ((m.fc2(jnp.tanh(jax.lax.stop_gradient(m.fc1(b["x"])))) - b["y"]) ** 2).mean()
+
+    report = _check(tm, JMLP(), XY, _MSE, j_mse, steps=2, jax_optimizer=optax.adamw(LR, weight_decay=0.1),
+                    torch_optimizer=lambda p: torch.optim.AdamW(p, lr=LR, weight_decay=0.1))  # fmt: skip
+    assert "frozen_backbone" in report.named() and "P19" not in report.named(), report.table()

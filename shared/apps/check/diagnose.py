@@ -163,7 +163,7 @@ def _step_context(p, plan, first: tuple[dict, dict]) -> StepContext:
         if q is not None:
             ratios[r_key] = q
         c = catalogue.kinds.constant_ratio(dj - dt, p.expected[r_key], rtol=1e-4)  # a shrink c·w on one side
-        if c is not None:
+        if c is not None and r_key not in p.no_grad:  # a frozen leaf's decay is frozen_backbone's signature
             decay[r_key] = c
     no_grad = {k for k in ratios if k in p.no_grad}
     return StepContext(ratios, no_grad, p.sources, p.grad_norm, plan.torch_name, decay=decay)

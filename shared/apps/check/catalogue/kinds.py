@@ -103,7 +103,7 @@ class StepContext:
     no_grad: keys whose torch gradient is None or zero; sources: key -> the canonical torch
     leaves it folds; grad_norm: ‖g‖ over every torch gradient; torch_name: key(s) -> torch names;
     decay: key -> c where Δ_jax − Δ_torch = c · w (w the weight before the step) with one c over the
-    leaf's entries; parted: the keys whose step 1 differs.
+    leaf's entries, for leaves with a gradient; parted: the keys whose step 1 differs.
     """
 
     ratios: dict[str, float]

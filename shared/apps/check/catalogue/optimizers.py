@@ -39,7 +39,7 @@ def _decay_one_side(ctx: StepContext) -> list[tuple[str, str]]:
     """Every leaf that parts at step 1 has a gradient and parts by c · w, one c for all: a decoupled weight decay
     (w -= lr·wd·w) that one side's step applies and the other's does not (P19's lost decay)."""
     cs = list(ctx.decay.values())
-    if not cs or set(ctx.decay) != ctx.parted or ctx.parted & set(ctx.no_grad):
+    if not cs or set(ctx.decay) != ctx.parted:  # a frozen leaf that parts has no entry: not this signature
         return []
     c = float(np.mean(cs))
     if c == 0 or any(abs(x - c) > 1e-3 * abs(c) for x in cs):
