@@ -205,7 +205,7 @@ def test_an_output_whose_two_layouts_share_a_shape_pairs_in_the_ports_layout(tsp
     for j in (np.moveaxis(t, 1, -1), t):
         [(n, m, moved)] = pair([t], [tspec], [j], [None])
         assert (n, m) == (0, 0)
-        np.testing.assert_array_equal(moved, j)
+        np.testing.assert_array_equal(moved, j)  # exact: a transpose in numpy moves values, never rounds them
 
 
 def test_p19_leaves_a_decay_on_a_frozen_leaf_to_the_freeze() -> None:
