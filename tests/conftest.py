@@ -100,6 +100,9 @@ def pytest_collection_modifyitems(config, items) -> None:
         if any(m.name == "xdist_group" for m in item.iter_markers()):
             continue
         stem = item.path.stem.removeprefix("test_")
+        if stem.startswith("port_"):  # a port checker's file on one worker: its models are traced there once
+            item.add_marker(pytest.mark.xdist_group(stem))
+            continue
         group = stem if stem in known else next((n for n in known if n in item.nodeid), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(_group(group)))

@@ -68,11 +68,10 @@ class Passes:
     def _native(self, jm, pl: Plan, canonical: dict, grad: bool = False) -> tuple[dict, dict, dict]:
         return self._impl(self.J.to_native, jm, pl.to_jax(canonical), grad=grad)
 
-    def _copies(self, dtype: str) -> tuple:
-        """Copies of both of the user's models in `dtype` (theirs are never touched)."""
-        return self._impl(self.T.copy_model, self.models[0], dtype), self._impl(
-            self.J.copy_model, self.models[1], dtype
-        )
+    def _copies(self, dtype: str, jax: bool = False):
+        """Copies of both of the user's models in `dtype` (theirs are never touched); the NNX one alone with `jax`."""
+        jm = self._impl(self.J.copy_model, self.models[1], dtype)
+        return jm if jax else (self._impl(self.T.copy_model, self.models[0], dtype), jm)
 
     def _repeatable(self, dtype: str) -> None:
         """Refuse a forward that draws random numbers (dropout left on where no module says so: F.dropout's
@@ -193,16 +192,21 @@ class Passes:
             budget.release()
         rows += judge.rows
 
+        layout: list = []  # the NNX model a torch-side replay maps onto (never trained: only its layout is read)
+
         def replay(knob: str, side: str = "torch") -> Pass:
             q = Pass(dtype, p.expected, p.actual, p.sources, dropped=p.dropped, orders=p.orders)
             kept = {st["step"] for st in p.jax_steps}
-            t0, j0 = self._start(dtype)
-            if side == "torch":
+            if side == "torch":  # JAX's run is the pass's: one NNX copy per pass to map torch's arrays onto
+                if not layout:
+                    layout.append(self._copies(dtype, jax=True))
+                t0 = self._impl(self.T.copy_model, self.models[0], dtype)
                 q.jax, q.jax_steps = p.jax, p.jax_steps
-                steps, q.torch = self._torch_side(t0, j0, pl, batch, dtype, knob)
+                steps, q.torch = self._torch_side(t0, layout[0], pl, batch, dtype, knob)
                 q.torch_steps = [dict(st, step=s) for s, st in enumerate(steps, start=1) if s in kept]
-                self._torch_grads(q, j0, pl)
+                self._torch_grads(q, layout[0], pl)
             else:
+                _, j0 = self._start(dtype)
                 q.torch, q.torch_steps, q.torch_none = p.torch, p.torch_steps, p.torch_none
                 steps, q.jax = self._jax_side(j0, batch, dtype, knob)
                 q.jax_steps = [dict(st, step=s) for s, st in enumerate(steps, start=1) if s in kept]
