@@ -50,11 +50,11 @@ report: $(STAMP) | $(JAX_CACHE)
 	$(VENV)/bin/detach-parity run --jobs 2
 
 test: $(STAMP) | $(JAX_CACHE)
-	$(PY) -m pytest -n 2 --dist loadgroup --durations=10
+	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=10
 
 test-isa: $(STAMP)
 	@echo "second pass: XLA_FLAGS=$$XLA_FLAGS ATEN_CPU_CAPABILITY=$$ATEN_CPU_CAPABILITY"
-	$(PY) -m pytest -n 2 --dist loadgroup $(ISA_TESTS)
+	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder $(ISA_TESTS)
 
 selfcheck: $(STAMP) | $(JAX_CACHE)
 	$(VENV)/bin/detach-parity selfcheck

@@ -6,6 +6,7 @@ import functools
 import os
 import zlib
 
+import _durations as durations  # tests/ is on sys.path (the rootdir's conftest)
 import numpy as np
 import pytest
 
@@ -106,3 +107,16 @@ def pytest_collection_modifyitems(config, items) -> None:
         group = stem if stem in known else next((n for n in known if n in item.nodeid), None)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(_group(group)))
+    _longest_first(items)
+
+
+def _longest_first(items: list) -> None:
+    """Order the units of work (an xdist group, or a test alone) by their measured cost, the longest first
+    (tests/_durations.py): with `--no-loadscope-reorder` xdist hands them out in this order."""
+    units: dict[str, list] = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        units.setdefault(f"@{mark.args[0]}" if mark else item.nodeid, []).append(item)
+    costs = durations.load()
+    ranked = durations.order({u: [i.nodeid for i in group] for u, group in units.items()}, costs)
+    items[:] = [item for unit in ranked for item in units[unit]]
