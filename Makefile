@@ -19,6 +19,13 @@ JAX_CACHE := $(CURDIR)/.jax_cache/$(shell cksum < constraints.txt | cut -d' ' -f
 .PHONY: report test test-isa selfcheck site bench clean
 
 report test selfcheck: export JAX_COMPILATION_CACHE_DIR = $(JAX_CACHE)
+# XLA's quick compile for the report and the suite (tests/conftest.py adds the same to a bare pytest): at
+# fixture sizes LLVM's optimisation passes cost more than they save; values change by rounding only and
+# every tolerance stays. One set for both, so the suite reuses the report's compiled programs (XLA_FLAGS
+# are part of the persistent cache's key). A flag of an explicit XLA_FLAGS wins. Not for the bench.
+FAST_XLA := $(if $(findstring xla_backend_optimization_level,$(XLA_FLAGS)),,--xla_backend_optimization_level=0) \
+            $(if $(findstring xla_llvm_disable_expensive_passes,$(XLA_FLAGS)),,--xla_llvm_disable_expensive_passes=true)
+report test selfcheck: export XLA_FLAGS := $(strip $(XLA_FLAGS) $(FAST_XLA))
 # Python's own bytecode cache (__pycache__/, git-ignored) even where PYTHONDONTWRITEBYTECODE is set (empty = unset):
 # without it every worker and child process recompiles the package and pytest rewrites every test
 # module again (about 3 s a process here); `make clean` removes the folders.
@@ -41,9 +48,11 @@ test-isa: export ATEN_CPU_CAPABILITY = $(ATEN2)
 $(JAX_CACHE):
 	@mkdir -p $@
 
+# --no-compile: pip would byte-compile every module of torch, JAX and transformers (about 35 s here); the
+# runs compile, once, only the ones they import (the bytecode cache is on for them: see above)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[test]'
 	@touch $(STAMP)
 
 report: $(STAMP) | $(JAX_CACHE)
