@@ -80,10 +80,11 @@ def _grads(model: nn.Module) -> tuple[dict, dict]:
     return grads, trainable
 
 
-def repeat_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> tuple[float, float]:
+def repeat_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> tuple[float, float] | None:
     """The loss twice on the same weights and batch, as two floats: equal unless the forward draws random
     numbers (dropout left on: F.dropout(x, p) trains by default; nnx.Dropout with its rngs). Call it on a copy:
-    a train-mode BatchNorm moves its running statistics. The global random state is left as it was.
+    a train-mode BatchNorm moves its running statistics. The global random state is left as it was (torch
+    has one: never None, which the JAX side returns for a model with no random state of its own).
 
     Raises:
       ValueError: the loss raised or is not a scalar.
