@@ -66,15 +66,19 @@ def _call(fn: Callable, model, batch, name: str):
         raise ValueError(f"{name}(model, batch) raised {type(exc).__name__}: {exc} (batch: {shapes})") from exc
 
 
+# what a user's code raises under jit where it reads a traced value on the host: it runs eagerly instead
+_UNTRACEABLE = (
+    jax.errors.ConcretizationTypeError,
+    jax.errors.TracerBoolConversionError,
+    jax.errors.TracerArrayConversionError,
+)
+
+
 def _jit_or_eager(fn: Callable, *args):
     """fn jitted (one compile instead of one per operation); eagerly if the user's code cannot be traced."""
     try:
         return jax.jit(fn, compiler_options=_FAST)(*args)
-    except (
-        jax.errors.ConcretizationTypeError,
-        jax.errors.TracerBoolConversionError,
-        jax.errors.TracerArrayConversionError,
-    ):
+    except _UNTRACEABLE:
         return fn(*args)
 
 
@@ -132,11 +136,7 @@ def _twice(loss_fn: Callable, model, b) -> tuple:
     jitted = nnx.jit(loss_fn)
     try:
         first = jitted(model, b)
-    except (
-        jax.errors.ConcretizationTypeError,
-        jax.errors.TracerBoolConversionError,
-        jax.errors.TracerArrayConversionError,
-    ):
+    except _UNTRACEABLE:
         return loss_fn(model, b), loss_fn(model, b)
     return first, jitted(model, b)
 

@@ -68,10 +68,11 @@ class Passes:
     def _native(self, jm, pl: Plan, canonical: dict, grad: bool = False) -> tuple[dict, dict, dict]:
         return self._impl(self.J.to_native, jm, pl.to_jax(canonical), grad=grad)
 
-    def _copies(self, dtype: str, jax: bool = False):
-        """Copies of both of the user's models in `dtype` (theirs are never touched); the NNX one alone with `jax`."""
-        jm = self._impl(self.J.copy_model, self.models[1], dtype)
-        return jm if jax else (self._impl(self.T.copy_model, self.models[0], dtype), jm)
+    def _copies(self, dtype: str) -> tuple:
+        """Copies of both of the user's models in `dtype` (theirs are never touched)."""
+        return self._impl(self.T.copy_model, self.models[0], dtype), self._impl(
+            self.J.copy_model, self.models[1], dtype
+        )
 
     def _repeatable(self, dtype: str) -> None:
         """Refuse a forward that draws random numbers (dropout left on where no module says so: F.dropout's
@@ -202,7 +203,7 @@ class Passes:
             kept = {st["step"] for st in p.jax_steps}
             if side == "torch":  # JAX's run is the pass's: one NNX copy per pass to map torch's arrays onto
                 if not layout:
-                    layout.append(self._copies(dtype, jax=True))
+                    layout.append(self._impl(self.J.copy_model, self.models[1], dtype))
                 t0 = self._impl(self.T.copy_model, self.models[0], dtype)
                 q.jax, q.jax_steps = p.jax, p.jax_steps
                 steps, q.torch = self._torch_side(t0, layout[0], pl, batch, dtype, knob)
