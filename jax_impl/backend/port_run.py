@@ -41,7 +41,8 @@ _FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes
 
 def _scalar(loss, name: str) -> jax.Array:
     if not isinstance(loss, jax.Array) or loss.size != 1:
-        raise ValueError(f"{name}: expected a scalar jax.Array, got {type(loss).__name__} of shape {np.shape(loss)}")
+        kind = "a jax.Array" if isinstance(loss, jax.Array) else type(loss).__name__  # a tracer inside jit too
+        raise ValueError(f"{name}: expected a scalar jax.Array, got {kind} of shape {np.shape(loss)}")
     if not jnp.issubdtype(loss.dtype, jnp.floating):
         raise ValueError(f"{name}: expected a floating scalar, got dtype {loss.dtype}")
     return loss.reshape(())
@@ -66,8 +67,7 @@ def _call(fn: Callable, model, batch, name: str):
         raise ValueError(f"{name}(model, batch) raised {type(exc).__name__}: {exc} (batch: {shapes})") from exc
 
 
-# what a user's code raises under jit where it reads a traced value on the host: it runs eagerly instead
-_UNTRACEABLE = (
+_UNTRACEABLE = (  # what a user's code raises under jit where it reads a traced value on the host: run eagerly
     jax.errors.ConcretizationTypeError,
     jax.errors.TracerBoolConversionError,
     jax.errors.TracerArrayConversionError,
