@@ -62,6 +62,7 @@ def test_quick_run_reports_machine_settings_and_every_scenario(quick: dict) -> N
     assert (
         s["budget_s"] == bench.SIZES["quick"]["budget_s"] and s["capped"] == 0 and s["min_rounds"] == bench.MIN_ROUNDS
     )
+    assert s["torch_compile"] == bench_worker.TORCH_COMPILE[False] and "aot_eager" in s["torch_compile"]
     assert 0 < s["measuring_s"] < quick["seconds"]
     assert len(m["load_average_before"]) == len(m["load_average_after"]) == 3
     assert quick["glossary"] == bench.GLOSSARY and "jax_over_torch" in quick["glossary"]
@@ -665,7 +666,7 @@ class _Fake:
 
         class Bench:
             @staticmethod
-            def tuned_steps(fx, variant):
+            def tuned_steps(fx, variant, codegen=True):
                 cols = ("torch_compile",) if framework == "torch" else ("jax_cached", "jax_split")
                 return {c: (fake._step(c), lambda: {"fact": 1}) for c in cols}
 
@@ -740,6 +741,21 @@ def test_jax_tuned_steps_take_the_same_steps_as_make_step(name: str) -> None:
         assert facts()["state_leaves"] > 0
     if spec.step_updates:  # the state advances: the tuned steps train as make_step does, call after call
         assert expect[0] != expect[1]
+
+
+def test_quick_mode_captures_the_torch_step_without_building_kernels(monkeypatch) -> None:
+    """codegen False (`bench --quick`): torch.compile with aot_eager, no C++ build; the full bench: inductor."""
+    import torch
+    from detach_parity.torch_impl.backend import bench as torch_bench
+
+    asked: list[dict] = []
+    monkeypatch.setattr(torch, "compile", lambda step, **kwargs: asked.append(kwargs) or step)
+    fx = fixtures.make("basics", "float32")
+    plain = float(torch_bench.tuned_steps(fx, "z_stopped")["torch_compile"][0]())
+    quick = float(torch_bench.tuned_steps(fx, "z_stopped", codegen=False)["torch_compile"][0]())
+    assert asked == [{"mode": "default", "dynamic": False}, {"backend": "aot_eager", "dynamic": False}]
+    assert quick == pytest.approx(plain, rel=1e-6)  # the same step either way
+    assert bench.SIZES["full"]["codegen"] and not bench.SIZES["quick"]["codegen"]
 
 
 def test_jax_tuned_steps_say_why_a_step_has_none() -> None:

@@ -89,7 +89,9 @@ def _add_one_with_state(model: frozen_backbone.Classifier, optimizer: nnx.Optimi
     return x + 1.0
 
 
-def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], jax.Array], Callable[[], dict]] | str]:
+def tuned_steps(
+    fx, variant: str, codegen: bool = True
+) -> dict[str, tuple[Callable[[], jax.Array], Callable[[], dict]] | str]:
     """The scenario's step without nnx.jit's per-call overhead: {"jax_cached": ..., "jax_split": ...}.
 
     Built from the lesson's public `step_calls(fx, variant)`, the calls its make_step runs, each
@@ -98,7 +100,9 @@ def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], jax.Array], Ca
     jax.jit of a pure function of the nnx.split state of all the nodes that merges it, makes the
     same calls and returns the new state (the Flax performance guide's functional form). Both
     start from the scenario's fixture as its make_step does and return the same loss []; facts():
-    {"state_leaves": arrays carried}. Each value is (step, facts), or the reason there is none:
+    {"state_leaves": arrays carried}. codegen: the torch twin's switch (False: `bench --quick` builds no
+    torch.compile kernels); XLA compiles on the first call either way, so here it changes nothing.
+    Each value is (step, facts), or the reason there is none:
     the lesson's own (`NO_STEP_CALLS`), or that no call takes an NNX module (a jax.jit of arrays
     has no graph to cache).
     Raises ValueError unless fx is a float32 fixture of a scenario with a step and variant is one of its.

@@ -78,15 +78,20 @@ def dispatch_steps(fx) -> dict[str, Callable[[], torch.Tensor]]:
     return {"eager_op": _synced(lambda: x + 1.0)}
 
 
-def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], torch.Tensor], Callable[[], dict]] | str]:
+def tuned_steps(
+    fx, variant: str, codegen: bool = True
+) -> dict[str, tuple[Callable[[], torch.Tensor], Callable[[], dict]] | str]:
     """What a torch user reaches for when speed matters: {"torch_compile": (step, facts)}.
 
     step: torch.compile(mode="default", dynamic=False) of the step that the scenario's own
     make_step(fx, variant) returns (inductor: C++/OpenMP kernels on the CPU, Triton on a GPU);
-    its first call compiles, and a step that cannot be compiled raises there (the bench reports
-    it). Dynamo's caches are reset first, so each compile starts from nothing. facts(): the
-    graphs compiled and the graph breaks met so far (Dynamo's counters: every backward() and
-    autograd.grad call splits a step). Every lesson with a step gets the column: torch.compile
+    codegen False (`bench --quick`, a smoke test): backend="aot_eager", the same Dynamo capture and
+    AOTAutograd graphs run by eager kernels, no kernel generated (on a CPU inductor's first compile
+    of a graph is a C++ build: tens of seconds on 2 cores with a cold cache). Its first call
+    compiles, and a step that cannot be compiled raises there (the bench reports it). Dynamo's
+    caches are reset first, so each compile starts from nothing. facts(): the graphs compiled and
+    the graph breaks met so far (Dynamo's counters: every backward() and autograd.grad call splits
+    a step). Every lesson with a step gets the column: torch.compile
     takes the step whole (the JAX twin tunes the lesson's step_calls one by one).
     Raises ValueError unless fx is a float32 fixture of a scenario with a step and variant is one of its.
     """
@@ -100,7 +105,10 @@ def tuned_steps(fx, variant: str) -> dict[str, tuple[Callable[[], torch.Tensor],
     step = lesson("torch", name).make_step(fx, variant)
     torch._dynamo.reset()
     counters.clear()
-    compiled = torch.compile(step, mode="default", dynamic=False)
+    if codegen:
+        compiled = torch.compile(step, mode="default", dynamic=False)
+    else:  # the quick smoke test: the same capture (graphs, breaks, a step that cannot compile), no kernel built
+        compiled = torch.compile(step, backend="aot_eager", dynamic=False)
 
     def facts() -> dict[str, int]:
         return {

@@ -237,7 +237,11 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--threads", type=positive_int, help="CPUs for both frameworks (default: the CPUs idle when the bench starts)"
     )
-    p.add_argument("--quick", action="store_true", help="tiny sizes (the smoke test of the bench itself)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny sizes, torch.compile without building kernels (aot_eager): the smoke test of the bench itself",
+    )
     p.add_argument("--json", type=json_path, metavar="PATH", help="also write the measurements as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(

@@ -34,7 +34,8 @@ GLOSSARY = {  # written into every payload, so that the JSON explains itself
     "capped": "fewer rounds than settings.repeats: its share of the time budget (settings.budget_s) ran out",
     "spread, noisy": "(p75_s - p25_s) / median_s, and whether it exceeds settings.noisy_above",
     "first_call_s": "the first call, timed apart: JAX traces and compiles there, torch.compile compiles, eager warms up",
-    "torch, torch_compile": "torch eager; torch.compile(mode='default', dynamic=False) of the same step (inductor)",
+    "torch, torch_compile": "torch eager; torch.compile(mode='default', dynamic=False) of the same step (inductor; "
+    "quick mode: backend='aot_eager', no kernels built: settings.torch_compile)",
     "jax, jax_cached, jax_split": "the scenario's JAX step as written (jit or nnx.jit); its nnx.jit calls "
     "through nnx.cached_partial; one jax.jit over the nnx.split state",
     "unavailable": "column -> why it has no timing (a compile error, no nnx.jit call to tune, the budget spent)",

@@ -133,7 +133,11 @@ def markdown(payload: Mapping) -> str:
         "",
         f"{s['repeats']} interleaved rounds per step (median), float32, a time budget of {s['budget_s']:.0f} s; "
         "each ratio is a median over torch eager's median in the same run: < 1× is faster than torch eager. "
-        + ("Quick mode: tiny sizes, a smoke test, not numbers to quote. " if s["mode"] == "quick" else "")
+        + (
+            "Quick mode: tiny sizes, a smoke test, not numbers to quote (torch.compile builds no kernels there). "
+            if s["mode"] == "quick"
+            else ""
+        )  # fmt: skip
         + f"Versions: {', '.join(f'{k} {v}' for k, v in payload['versions'].items())}.",
         "",
         "### Training step per scenario, at its fixture size",

@@ -22,7 +22,9 @@ __all__ = ["SIZES", "fixture"]
 # dims, the sequence lengths T swept, the fixed truncation k; large: the dims of each scenario
 # timed at a size where arithmetic dominates (letters not named keep the fixture's size; tbptt's
 # G is the GRU's 3 H gates); target_s: the least time one timed block of steps takes (steps are
-# repeated inside a block to reach it); budget_s: the default time cap of the whole command.
+# repeated inside a block to reach it); budget_s: the default time cap of the whole command; codegen:
+# whether torch.compile builds kernels (inductor) or, in the quick smoke test, only captures the step
+# (aot_eager: the same graphs and breaks, no C++ build).
 SIZES = {
     "full": {
         "freezing": {"B": 256, "D": 1024, "H": 1024, "C": 10},
@@ -38,6 +40,7 @@ SIZES = {
         },
         "target_s": 0.02,
         "budget_s": 150.0,
+        "codegen": True,
     },
     "quick": {
         "freezing": {"B": 4, "D": 8, "H": 8, "C": 3},
@@ -52,6 +55,7 @@ SIZES = {
         },  # no tbptt: its quick memory sweep times the same kind of step, and the suite stays fast
         "target_s": 0.0,
         "budget_s": 300.0,
+        "codegen": False,
     },
 }
 

@@ -37,18 +37,20 @@ def step_row(
     deadline: float,
     tune: bool = True,
     leave_out: Mapping[str, str] | None = None,
+    codegen: bool = True,
 ) -> dict:
     """Time one scenario's step (fixture fx, the given variant) in every column; returns its payload row.
 
     tune False (the time budget is spent) leaves the tuned columns out (their compiles cost
-    seconds), with that reason; leave_out: {tuned column: why it is not measured here}.
+    seconds), with that reason; leave_out: {tuned column: why it is not measured here}; codegen False
+    (quick mode): torch.compile captures the step but builds no kernels (the backends' tuned_steps).
     Raises what a plain make_step raises (a bad fixture or variant); a tuned step's failure is
     recorded, not raised.
     """
     name = fx.scenario
     candidates: dict[str, object] = {fw: lesson(fw, name).make_step(fx, variant) for fw in ("torch", "jax")}
     for fw in ("torch", "jax"):
-        tuned = backend(fw).bench.tuned_steps(fx, variant)
+        tuned = backend(fw).bench.tuned_steps(fx, variant, codegen)
         if not tune:  # built (cheap), never called: a reason it has already stands
             why = "not compiled: the time budget (--budget) was spent before this step"
             tuned = {col: t if isinstance(t, str) else why for col, t in tuned.items()}

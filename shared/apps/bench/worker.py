@@ -28,7 +28,7 @@ from .steps import compile_allowed, overhead, step_row
 from .timing import MIN_ROUNDS, NOISY, Budget
 from .truncation import tbptt_points, tbptt_repeats, tbptt_section
 
-__all__ = ["WEIGHTS", "SPENT", "available_cpus", "pin", "main"]
+__all__ = ["WEIGHTS", "SPENT", "TORCH_COMPILE", "available_cpus", "pin", "main"]
 
 # each phase's share of the budget left when it starts (phases absent from a run drop out)
 WEIGHTS = {"overhead": 0.02, "scenarios": 0.3, "freezing": 0.1, "tbptt": 0.15, "port_check": 0.13, "large": 0.3}
@@ -37,6 +37,12 @@ OVER = "skipped: the time budget (--budget) and its grace were overrun before it
 # the port check of the 1 M-parameter model is one run, not rounds: it starts only with this much budget left
 PORT_CHECK_MIN_S = 30.0
 PORT_CHECK_SHORT = f"skipped: less than {PORT_CHECK_MIN_S:.0f} s of the time budget (--budget) was left for it"
+# how torch.compile ran, by SIZES[mode]["codegen"]
+TORCH_COMPILE = {
+    True: "torch.compile(step, mode='default', dynamic=False): inductor",
+    False: "torch.compile(step, backend='aot_eager', dynamic=False): quick mode captures the step (the same graphs "
+    "and breaks) but builds no kernels: not inductor's speed",
+}
 # at a large size the per-call overhead that cached_partial removes is dwarfed by arithmetic; its compile is not
 LARGE_LEAVE_OUT = {"jax_cached": "not measured at the large size: it removes per-call overhead (see the fixture size)"}
 
@@ -112,7 +118,9 @@ def _rows(names, section, sizes, repeats, budget, progress, errors, skipped) -> 
         try:
             leave_out = LARGE_LEAVE_OUT if section == "large" else None
             tune = compile_allowed(deadline)
-            rows[name] = step_row(fx, spec.variants[0], repeats, sizes["target_s"], deadline, tune, leave_out)
+            rows[name] = step_row(
+                fx, spec.variants[0], repeats, sizes["target_s"], deadline, tune, leave_out, sizes["codegen"]
+            )
         except Exception as exc:  # noqa: BLE001 - one broken step must not lose the whole run
             errors[f"{section}/{name}"] = f"{type(exc).__name__}: {exc}"
             continue
@@ -147,7 +155,7 @@ def main(config: Mapping, out_path: str) -> None:
             "noisy_above": NOISY,
             "budget_s": config["budget_s"],
             "min_rounds": MIN_ROUNDS,
-            "torch_compile": "torch.compile(step, mode='default', dynamic=False): inductor",
+            "torch_compile": TORCH_COMPILE[sizes["codegen"]],
         },
         "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "glossary": GLOSSARY,
