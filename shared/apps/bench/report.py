@@ -137,7 +137,7 @@ def markdown(payload: Mapping) -> str:
             "Quick mode: tiny sizes, a smoke test, not numbers to quote (torch.compile builds no kernels there). "
             if s["mode"] == "quick"
             else ""
-        )  # fmt: skip
+        )
         + f"Versions: {', '.join(f'{k} {v}' for k, v in payload['versions'].items())}.",
         "",
         "### Training step per scenario, at its fixture size",
