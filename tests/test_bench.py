@@ -94,6 +94,7 @@ def test_the_columns_a_user_would_pick(quick: dict) -> None:
     basics, fb, tb = (quick["scenarios"][n] for n in ("basics", "frozen_backbone", "tbptt"))
     for row in (basics, fb):  # compiled, and its first loss was the eager step's (else it would be unavailable)
         assert row["torch_compile"]["graphs"] >= 1 and row["torch_compile"]["graph_breaks"] >= 1  # backward() splits
+        assert row["torch_compile"]["backend"] == "aot_eager"  # quick mode builds no kernels, row by row
     assert set(fb) >= set(bench.COLUMNS) and not fb["unavailable"]  # frozen_backbone's JAX step is an nnx.jit
     assert fb["jax_cached"]["state_leaves"] == fb["jax_split"]["state_leaves"] == 12  # 6 params + AdamW's moments
     for row in (basics, tb):  # already a jax.jit of arrays: nothing to tune, and the row says so
@@ -110,6 +111,7 @@ def test_large_sizes_run_the_same_steps_and_report_both_ratios(quick: dict) -> N
     assert row["dims"] == dims and row["fields"]["x"] == [dims["B"], dims["D"]] and row["case"] == "bench"
     assert row["fields"]["params/backbone/l2/kernel"] == [dims["H"], dims["H"]]
     assert set(row) >= set(bench.COLUMNS) - {"jax_cached"} and row["variant"] == "freeze_params"
+    assert row["torch_compile"]["backend"] == "aot_eager"  # the large rows of quick mode build no kernels either
     assert row["unavailable"] == {"jax_cached": bench_worker.LARGE_LEAVE_OUT["jax_cached"]}  # overhead: fixture size
     md = bench.markdown(quick)
     assert "### JAX / torch at both sizes" in md
@@ -751,10 +753,12 @@ def test_quick_mode_captures_the_torch_step_without_building_kernels(monkeypatch
     asked: list[dict] = []
     monkeypatch.setattr(torch, "compile", lambda step, **kwargs: asked.append(kwargs) or step)
     fx = fixtures.make("basics", "float32")
-    plain = float(torch_bench.tuned_steps(fx, "z_stopped")["torch_compile"][0]())
-    quick = float(torch_bench.tuned_steps(fx, "z_stopped", codegen=False)["torch_compile"][0]())
+    (plain, plain_facts), (quick, quick_facts) = (
+        torch_bench.tuned_steps(fx, "z_stopped", codegen)["torch_compile"] for codegen in (True, False)
+    )
     assert asked == [{"mode": "default", "dynamic": False}, {"backend": "aot_eager", "dynamic": False}]
-    assert quick == pytest.approx(plain, rel=1e-6)  # the same step either way
+    assert float(quick()) == pytest.approx(float(plain()), rel=1e-6)  # the same step either way
+    assert plain_facts()["backend"] == "inductor" and quick_facts()["backend"] == "aot_eager"
     assert bench.SIZES["full"]["codegen"] and not bench.SIZES["quick"]["codegen"]
 
 

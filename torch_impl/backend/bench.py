@@ -36,6 +36,9 @@ from .._common import field
 __all__ = ["configure", "device", "dispatch_steps", "tuned_steps", "freezing_steps", "tbptt_step"]
 
 FORMS = ("windows", "one_backward")
+# torch.compile's arguments by codegen; False, the quick smoke test: the same capture (graphs, breaks, a step
+# that cannot compile) with no kernel built
+_COMPILE = {True: {"mode": "default", "dynamic": False}, False: {"backend": "aot_eager", "dynamic": False}}
 
 
 def configure(threads: int) -> dict[str, object]:
@@ -91,8 +94,8 @@ def tuned_steps(
     compiles, and a step that cannot be compiled raises there (the bench reports it). Dynamo's
     caches are reset first, so each compile starts from nothing. facts(): the graphs compiled and
     the graph breaks met so far (Dynamo's counters: every backward() and autograd.grad call splits
-    a step). Every lesson with a step gets the column: torch.compile
-    takes the step whole (the JAX twin tunes the lesson's step_calls one by one).
+    a step), and the backend that compiled them. Every lesson with a step gets the column:
+    torch.compile takes the step whole (the JAX twin tunes the lesson's step_calls one by one).
     Raises ValueError unless fx is a float32 fixture of a scenario with a step and variant is one of its.
     """
     from torch._dynamo.utils import counters
@@ -105,15 +108,13 @@ def tuned_steps(
     step = lesson("torch", name).make_step(fx, variant)
     torch._dynamo.reset()
     counters.clear()
-    if codegen:
-        compiled = torch.compile(step, mode="default", dynamic=False)
-    else:  # the quick smoke test: the same capture (graphs, breaks, a step that cannot compile), no kernel built
-        compiled = torch.compile(step, backend="aot_eager", dynamic=False)
+    compiled = torch.compile(step, **_COMPILE[codegen])
 
     def facts() -> dict[str, int]:
         return {
             "graphs": int(counters["stats"]["unique_graphs"]),
             "graph_breaks": sum(counters["graph_break"].values()),
+            "backend": _COMPILE[codegen].get("backend", "inductor"),
         }
 
     return {"torch_compile": (_synced(compiled), facts)}

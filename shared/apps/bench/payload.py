@@ -45,7 +45,8 @@ GLOSSARY = {  # written into every payload, so that the JSON explains itself
     "best": "the fastest torch and JAX columns, and best JAX / best torch",
     "jax_over_torch": "JAX median / torch median (both as the scenario writes them): < 1 means JAX is faster",
     "large": "the same steps at a size where arithmetic dominates (dims: the shape letters changed)",
-    "graphs, graph_breaks": "torch.compile: graphs Dynamo compiled, graph breaks it met (backward() splits a step)",
+    "graphs, graph_breaks, backend": "torch.compile: graphs Dynamo compiled, graph breaks it met (backward() splits "
+    "a step), the backend that compiled them (inductor; aot_eager in quick mode)",
     "state_leaves": "jax_cached / jax_split: arrays in the models' and optimizers' state",
     "saving": "1 - step time / full_finetune step time",
     "ideal_s": "backbone_forward + head_step medians: the frozen step with nothing wasted",
