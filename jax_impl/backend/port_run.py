@@ -9,9 +9,9 @@ softmax in float64 (knobs._exact_attention). `cotangents` gives the gradient arr
 Gradient flow: gradients w.r.t. every nnx.Param (a stop_gradient gives exact zeros); only the leaves
 in the optimizer's `wrt` filter are updated: the mirror of torch's requires_grad_(False).
 Port note: NNX has no forward hooks, and nnx.capture cannot record inside nnx.RNN's scan: the outputs
-are recorded by wrapping each module class's __call__ for one traced forward (only this model's
-instances; values inside a scan are skipped). Two nnx.merge of one state share its Variables, so the
-recorded forward runs on a copy, or the BatchStats would be updated twice.
+are recorded by wrapping each module class's __call__ for one traced forward, the gradient's own (only
+this model's instances; values inside a scan are skipped). Two nnx.merge of one state share its
+Variables, so the forward of `cotangents`' outputs runs on a copy, or the BatchStats would move twice.
 Shapes: as the user's model; B batch rows.
 Reference: Flax NNX docs (nnx.split / nnx.merge, nnx.Optimizer(wrt), nnx.value_and_grad); JAX docs, jax.jit.
 """
@@ -31,7 +31,7 @@ from .._common import numerics
 from .knobs import _exact_attention, knobs
 from .knobs import knob as apply_knob
 from .port import _key, native
-from .record import recording
+from .record import recorded_loss, recorded_value_and_grad, recording, trace_of
 
 __all__ = ["knobs", "repeat_loss", "run_loss", "cotangents", "steps", "train"]
 
@@ -46,6 +46,10 @@ def _scalar(loss, name: str) -> jax.Array:
     if not jnp.issubdtype(loss.dtype, jnp.floating):
         raise ValueError(f"{name}: expected a floating scalar, got dtype {loss.dtype}")
     return loss.reshape(())
+
+
+def _loss(loss_fn: Callable) -> Callable:
+    return lambda m, b: _scalar(loss_fn(m, b), "jax_loss")
 
 
 def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
@@ -88,20 +92,7 @@ def _copy(state):
     return jax.tree.map(lambda x: x, state)
 
 
-def _recorded(probe, loss_fn: Callable, b, layouts: dict) -> tuple[jax.Array, dict]:
-    """The loss of one forward of `probe` (a copy), with every submodule's output recorded (and in
-    `layouts`, a Python dict filled while tracing, their named axes: outputs.py)."""
-    outputs, leaf = {}, jax.tree.leaves(b)[0]
-    layouts.clear()  # a trace that fell back to an eager run records again
-    top = getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None
-    with recording(probe, outputs, top, layouts):
-        first = _scalar(loss_fn(probe, b), "jax_loss")
-    return first, outputs
-
-
-def _run(first, outputs, loss, grads, trainable: set[str], layouts: dict) -> dict:
-    if not np.allclose(np.asarray(first), np.asarray(loss), rtol=1e-6, atol=0, equal_nan=True):
-        raise ValueError(f"jax_loss: two calls gave {float(first)!r} and {float(loss)!r}: random in the forward?")
+def _run(outputs, loss, grads, trainable: set[str], layouts: dict) -> dict:
     grads = {_key(p): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(grads)}
     return {
         "loss": np.asarray(loss),
@@ -153,7 +144,8 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
        [[(name, axes) or None per array] per call]} (outputs.py), "grads": {NNX path: array},
        "trainable": {NNX path: bool}}. The model's BatchStats are updated once, as torch's buffers.
     Raises:
-      ValueError: the loss raised, is not a scalar, or is not reproducible (random in the forward).
+      ValueError: the loss raised or is not a scalar (a forward drawing random numbers is refused before,
+        by the checker's repeat_loss).
     """
     used: list = []
     with numerics(dtype), apply_knob(knob), _exact_attention(dtype, used):
@@ -162,18 +154,17 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
         layouts: dict = {}
 
         def forward_and_gradient(state, b):
-            # one compile: the recorded forward runs on its own copy, the gradient's updates the BatchStats once
-            first, outputs = _recorded(nnx.merge(graphdef, _copy(state)), loss_fn, b, layouts)
+            # one compile, one forward: recorded inside the gradient's, which updates the BatchStats once
             m = nnx.merge(graphdef, state)
-            loss, grads = nnx.value_and_grad(lambda m: _scalar(loss_fn(m, b), "jax_loss"))(m)
-            return first, outputs, loss, grads, nnx.state(m)
+            loss, outputs, grads = recorded_value_and_grad(m, _loss(loss_fn), b, layouts)
+            return outputs, loss, grads, nnx.state(m)
 
-        first, outputs, loss, grads, after = _call(
+        outputs, loss, grads, after = _call(
             lambda m, b: _jit_or_eager(forward_and_gradient, state, b), model, b, "jax_loss"
         )
         nnx.update(model, after)  # the BatchStats the forward updated, as torch's buffers
         trainable = {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}
-        return dict(_run(first, outputs, loss, grads, trainable, layouts), exact_attention=bool(used))
+        return dict(_run(outputs, loss, grads, trainable, layouts), exact_attention=bool(used))
 
 
 def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> dict:
@@ -192,12 +183,11 @@ def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype:
         graphdef, state = nnx.split(model)
 
         def gradients(state, b):
-            _, outputs = _recorded(nnx.merge(graphdef, _copy(state)), loss_fn, b, {})
+            _, outputs = recorded_loss(nnx.merge(graphdef, _copy(state)), _loss(loss_fn), b, {})
             floating = lambda a: jnp.issubdtype(a.dtype, jnp.inexact)  # noqa: E731
             probes = {k: [[jnp.zeros_like(a) if floating(a) else None for a in call] for call in calls]
                       for k, calls in outputs.items()}  # fmt: skip
-            leaf = jax.tree.leaves(b)[0]
-            top = getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None
+            top = trace_of(b)
 
             def loss_of(probes):
                 inner = next((x._trace for x in jax.tree.leaves(probes) if isinstance(x, jax.core.Tracer)), None)
@@ -271,11 +261,10 @@ def _optimizer_step(model, loss_fn: Callable, optimizer, runs: list) -> Callable
     @functools.partial(jax.jit, compiler_options=_FAST, donate_argnums=0)
     def update(state, batch):
         m, o = nnx.merge(graphdef, state)
-        first, outputs = _recorded(nnx.merge(graphdef, _copy(state))[0], loss_fn, batch, layouts)
-        loss, grads = nnx.value_and_grad(loss_fn)(m, batch)  # every nnx.Param: a stop shows as exact zeros
+        loss, outputs, grads = recorded_value_and_grad(m, _loss(loss_fn), batch, layouts)  # a stop: exact 0s
         # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
         o.update(m, nnx.filter_state(grads, wrt))
-        return loss, (first, outputs, loss, grads), nnx.state((m, o))
+        return loss, (outputs, loss, grads), nnx.state((m, o))
 
     def step(m, batch):
         try:

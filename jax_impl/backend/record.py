@@ -3,8 +3,9 @@ added to them for the gradient arriving there; the mirror of torch_impl/backend/
 
 What it does: NNX has no forward hooks, and nnx.capture cannot record inside nnx.RNN's scan: each module
 class's __call__ is wrapped for one traced forward, recording the outputs of this model's instances
-(values inside a scan are skipped: only the jitted function's own tracers are kept). With `probes`, the
-wrapper adds them to the same outputs instead: their gradient is each module's incoming gradient.
+(values inside a scan are skipped: only the jitted function's own tracers are kept, and the gradient's
+where the outputs are recorded inside it: recorded_value_and_grad). With `probes`, the wrapper adds them
+to the same outputs instead: their gradient is each module's incoming gradient.
 Gradient flow: a probe is a zero added on the graph: the values stay, the gradient w.r.t. it is the
 cotangent of the output.
 Port note: every __call__ is restored when the with ends.
@@ -15,7 +16,7 @@ Reference: Flax NNX docs (nnx.iter_modules); JAX docs, tracers and jax.grad.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import jax
 from flax import nnx
@@ -23,7 +24,7 @@ from flax import nnx
 from .outputs import output_axes
 from .port import _key, _sequential_alias
 
-__all__ = ["recording"]
+__all__ = ["recording", "recorded_loss", "recorded_value_and_grad", "trace_of"]
 
 
 def _kept(x, top) -> bool:
@@ -103,3 +104,36 @@ def recording(model, outputs: dict[str, list] | None, top=None, layouts=None, pr
                 cls.__call__ = call
             else:
                 del cls.__call__
+
+
+def trace_of(b):
+    """The trace of the jitted function `b` (a batch) is traced in; None for concrete arrays (an eager run)."""
+    leaf = jax.tree.leaves(b)[0]
+    return getattr(leaf, "_trace", None) if isinstance(leaf, jax.core.Tracer) else None
+
+
+def recorded_loss(probe, loss: Callable, b, layouts: dict) -> tuple[jax.Array, dict]:
+    """(loss(probe, b), every submodule's outputs {path: [[array] per call]}) of one forward of `probe` (in
+    `layouts`, a Python dict filled while tracing, their named axes: outputs.py)."""
+    outputs: dict = {}
+    layouts.clear()  # a trace that fell back to an eager run records again
+    with recording(probe, outputs, trace_of(b), layouts):
+        return loss(probe, b), outputs
+
+
+def recorded_value_and_grad(m, loss: Callable, b, layouts: dict) -> tuple[jax.Array, dict, nnx.State]:
+    """(loss, outputs as recorded_loss's, the gradient w.r.t. every nnx.Param) of ONE forward of `m`: the
+    outputs are recorded inside the gradient's own forward (its tracers and the jitted function's are kept,
+    a scan's are not), so a check traces, compiles and runs the forward once."""
+    top = trace_of(b)
+
+    def loss_and_outputs(m):
+        params = jax.tree.leaves(nnx.state(m, nnx.Param))
+        inner = next((x._trace for x in params if isinstance(x, jax.core.Tracer) and x._trace is not top), None)
+        outputs: dict = {}
+        layouts.clear()
+        with recording(m, outputs, top if inner is None else (top, inner), layouts):
+            return loss(m, b), outputs
+
+    (value, outputs), grads = nnx.value_and_grad(loss_and_outputs, has_aux=True)(m)
+    return value, outputs, grads
