@@ -24,7 +24,7 @@ from flax import nnx
 from .outputs import output_axes
 from .port import _key, _sequential_alias
 
-__all__ = ["recording", "recorded_loss", "recorded_value_and_grad", "trace_of"]
+__all__ = ["recording"]  # and, for port_run only (JAX has no hooks: torch records in its own run), the helpers below
 
 
 def _kept(x, top) -> bool:
