@@ -11,6 +11,7 @@ Anything left unmatched on either side is an error listing the names and shapes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -56,15 +57,25 @@ def _index(items: Mapping[str, str], what: str) -> dict[str, str]:
     return by_alias
 
 
-def _places(torch_structure: Mapping, modules: dict, variables: dict, mapping) -> dict[tuple[str, str], tuple | None]:
+def _holds(junit: str, facts: Mapping, jax_structure: Mapping) -> bool:
+    """Whether the NNX module at `junit` holds an array the size of this torch leaf (in any layout: the
+    module's rule names it)."""
+    size, head = math.prod(facts["shape"]), f"{junit}/" if junit else ""
+    return any(k.startswith(head) and math.prod(v["shape"]) == size for k, v in jax_structure["variables"].items())
+
+
+def _places(torch_structure: Mapping, jax_structure: Mapping, modules: dict, variables: dict, mapping) -> dict:
     """Each torch leaf's NNX place (NNX unit, leaf), or None: a ruled unit goes to the module at its
-    path, a bare parameter to the leaf at its path."""
+    path, a bare parameter to the leaf at its path. A tied leaf (the second name of one tensor) goes to
+    its module only where that module holds an array of its size: a head that keeps its bias and reads
+    the embedding table (AWD-LSTM's decoder, Embed.attend) holds the tensor where the table is."""
     places: dict[tuple[str, str], tuple | None] = {}
     for unit in torch_structure["units"]:
         for leaf, facts in unit["leaves"].items():
             if not unit["bare"]:
                 alias = translate(unit["name"], mapping)
-                places[(unit["path"], leaf)] = (modules[alias], leaf) if alias in modules else None
+                held = alias in modules and (not facts.get("tied_to") or _holds(modules[alias], facts, jax_structure))
+                places[(unit["path"], leaf)] = (modules[alias], leaf) if held else None
             else:
                 alias = translate(facts["source"], mapping)
                 junit, _, jleaf = variables.get(alias, "").rpartition("/")
@@ -115,7 +126,7 @@ def plan(torch_structure: Mapping, jax_structure: Mapping, mapping: Mapping[str,
     modules = _index({m["path"]: m["alias"] for m in jax_structure["modules"]}, "modules")
     variables = _index({k: v["alias"] for k, v in jax_structure["variables"].items()}, "leaves")
     result, missing = Plan(mapping=dict(mapping or {})), []
-    places = _places(torch_structure, modules, variables, mapping)
+    places = _places(torch_structure, jax_structure, modules, variables, mapping)
     placed: dict[str, list] = {}  # a tensor's canonical key -> its leaves that have an NNX place
     for unit in torch_structure["units"]:
         for leaf in unit["leaves"]:
