@@ -174,3 +174,17 @@ def test_a_head_that_keeps_its_bias_and_reads_the_tied_table_matches() -> None:
     # the same head with a kernel of its own is the untied bug, named as before
     untied = _check(BiasedTiedLM(), BiasedPortLM(own_kernel=True))
     assert not untied.ok and untied.named() == ["tied_weights"], untied.table()
+
+
+def test_a_bias_only_head_whose_tied_table_has_no_place_is_refused_naming_both() -> None:
+    class Renamed(BiasedPortLM):  # the table under another name, no mapping given
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb = self.wte
+            del self.wte
+
+    with pytest.raises(PortInputError) as exc:
+        _check(BiasedTiedLM(), Renamed())
+    text = str(exc.value)
+    assert "torch wte (Embedding: embedding (11, 6)) -> no NNX module at 'wte'" in text
+    assert "-> the NNX module at 'lm_head' holds no array for its kernel (its kernel is tied to wte/embedding" in text

@@ -149,9 +149,14 @@ def plan(torch_structure: Mapping, jax_structure: Mapping, mapping: Mapping[str,
         if not unit["bare"] and len(tied_elsewhere) < len(unplaced):
             leaves = ", ".join(f"{k} {tuple(v['shape'])}" for k, v in unit["leaves"].items())
             tied = "".join(_tie_note(unit, leaf) for leaf in unit["leaves"])
+            alias = translate(unit["name"], mapping)
+            where = f"no NNX module at {alias!r}"
+            if alias in modules:  # the module is there without the tied tensor, which has no NNX place either
+                lost = ", ".join(leaf for leaf in unplaced if leaf not in tied_elsewhere)
+                where = f"the NNX module at {alias!r} holds no array for its {lost}"
             missing.append(
-                f"torch {unit['name'] or '(model)'} ({unit['type']}: {leaves}) -> no NNX module at "
-                f"{translate(unit['name'], mapping)!r}{tied or _untied_note(unit, jax_structure)}"
+                f"torch {unit['name'] or '(model)'} ({unit['type']}: {leaves}) -> {where}"
+                f"{tied or _untied_note(unit, jax_structure)}"
             )
         for leaf, facts in unit["leaves"].items():
             if places[(unit["path"], leaf)] is None:
