@@ -166,6 +166,7 @@ def test_a_head_that_keeps_its_bias_and_reads_the_tied_table_matches() -> None:
         BiasedPortLM(),
         torch_optimizer=lambda p: torch.optim.SGD(p, lr=0.1),
         jax_optimizer=optax.sgd(0.1),
+        steps=2,
     )
     assert report.ok, report.table()
     assert any("lm_head.weight is tied to wte/embedding" in n for n in report.notes)
