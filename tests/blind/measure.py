@@ -73,9 +73,6 @@ REASONS = {
     "k_proj Linear has no leaf 'bias' for torch's k_proj.bias; a torch parameter with no NNX twin is not compared",
     "10_gru2_gru_bias.py": "detected, unexplained: b_hn outside the reset gate in the second layer only, and the "
     "gru_bhn_outside replay changes the whole nn.GRU (both layers) at once, so no replay makes every difference vanish",
-    "13_lstmlm_correct.py": "refused, a correct port: the port's decoder holds only its bias and reads the "
-    "embedding table (torch's decoder.weight is encoder.weight); the weight copy places the tied weight at the "
-    "decoder module, which has no kernel, and its message suggests a register_rule that cannot apply",
 }
 
 
