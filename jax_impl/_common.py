@@ -157,8 +157,10 @@ def field(fx: Fixture, key: str) -> jax.Array:
 
 
 def numpy(x) -> np.ndarray:
-    """A JAX array (or scalar) as a numpy array."""
-    return np.asarray(jax.device_get(x))
+    """A JAX array (or scalar) as a numpy array; a bfloat16 / float16 one as float32 (the same numbers exactly,
+    as the torch twin gives them: numpy has no bfloat16 of its own)."""
+    a = np.asarray(jax.device_get(x))
+    return a.astype(np.float32) if a.dtype in (np.dtype(jnp.bfloat16), np.dtype(jnp.float16)) else a
 
 
 def flat(tree: Mapping) -> dict[str, np.ndarray]:

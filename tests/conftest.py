@@ -21,6 +21,14 @@ os.environ["XLA_FLAGS"] = " ".join(_flags)
 # data_parallel cases run JAX on one process with two forced host devices (jax_impl/_distributed.py);
 # tests/test_dp_*.py start the real two-process runs themselves. An explicit setting wins.
 os.environ.setdefault("DETACH_PARITY_JAX_RANKS", "devices")
+# Under xdist, each worker's torch gets its share of the cores (set before torch starts OpenMP). With a
+# thread per core in every worker, OpenMP's waiting threads spin on the cores the other worker computes on:
+# the port tests took 4.6x the CPU time of one worker alone (206 against 45 CPU-seconds, measured
+# 2026-12-07 on 2 cores). Values change by a sum's order at most, within every tolerance. An explicit
+# OMP_NUM_THREADS wins.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT", "").isdigit():
+    _share = len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _share)))
 
 from detach_parity.shared.core.runner import CaseResult, iter_cases, run_case  # noqa: E402 (after the environment above)
 
@@ -68,6 +76,15 @@ def assert_same_to_rounding(actual, desired, why: str, ulps: int = 8) -> None:
 def case_result(scenario: str, variant: str, dtype: str, case: str, seed: int = 0) -> CaseResult:
     """The CaseResult of one case, computed once per worker (JAX compiles are the cost)."""
     return run_case(scenario, variant, dtype, seed=seed, case=case)
+
+
+@functools.cache
+def worked_report(name: str, variant: str, steps: int, dtypes: tuple[str, ...]):
+    """One check of a worked port per worker, read by every test that asks for the same one (test_port_hf.py and
+    test_port_precision.py share an xdist group for it). The report is shared: tests read it, never change it."""
+    from detach_parity.shared.apps.check.ports import check_worked
+
+    return check_worked(name, variant, steps=steps, dtypes=dtypes)
 
 
 def _group(name: str) -> str:

@@ -24,6 +24,8 @@ MEMBERS = {
     "bench": surface.Bench,
     "claims": surface.Claims,
     "profile": surface.Profile,
+    "inside": surface.Inside,
+    "optimizer": surface.Optimizer,
 }
 
 

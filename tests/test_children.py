@@ -142,3 +142,33 @@ def test_ctrl_c_reaches_the_parent_only_which_ends_its_child(tmp_path) -> None:
         proc.stdout.close()
         if not _gone(kid):
             os.kill(kid, signal.SIGKILL)
+
+
+PLANTED = "import pathlib\npathlib.Path(__file__).with_name('imported').write_text('json.py from the working folder')\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["run", "--jobs", "2", "basics", "linear_regression"], ["run", "dp_allreduce_mean", "--dtype", "float64"]],
+    ids=["run-workers", "data-parallel-ranks"],
+)
+def test_no_child_imports_code_from_the_working_folder(tmp_path, argv) -> None:
+    """A json.py planted in the folder the command runs from is imported by no worker and no rank (`-P`)."""
+    (tmp_path / "json.py").write_text(PLANTED + "raise ImportError('planted')\n")
+    cli = Path(sys.executable).with_name("detach-parity")
+    done = subprocess.run([str(cli), *argv, "--quiet"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert not (tmp_path / "imported").exists(), "a child imported the planted json.py"
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_a_python_child_gets_safe_path_mode_and_the_parents_path(tmp_path) -> None:
+    (tmp_path / "json.py").write_text(PLANTED)
+    code = "import json, sys; print(json.__file__); print(sys.flags.safe_path)"
+    child = children.spawn(children.python("-c", code), "safe", pipes=True, cwd=tmp_path)
+    try:
+        assert child.wait() == 0
+        out = child.popen.stdout.read().decode().split()  # type: ignore[union-attr]
+    finally:
+        children.end([child])
+    assert out[1] == "True" and not out[0].startswith(str(tmp_path)), out
+    assert not (tmp_path / "imported").exists()

@@ -25,6 +25,16 @@ ONE_SIDED = {
     "another GRU bias or LSTM gate convention",
     "torch_impl/backend/layer_knobs.py": "replays change the torch reference only: a port is never run with "
     "another convolution padding or cross-entropy mean",
+    "torch_impl/backend/layout_knobs.py": "replays change the torch reference only: a port is never run with "
+    "another arrangement of a rule's leaf",
+    "jax_impl/backend/norm_rule.py": "torch knows a norm by what it is in its one rule table (torch_impl/_layout.py, "
+    "norm_like); an NNX norm's leaves are renamed by a rule of their own",
+    "torch_impl/_weight_norm.py": "torch reparametrises a weight in the module (weight norm's g and v); an NNX port "
+    "holds g and v as its own leaves, in the canonical layout",
+    "jax_impl/backend/programs.py": "torch runs a check eagerly, operation by operation: only JAX compiles programs, "
+    "which a second check of the same model reuses",
+    "torch_impl/backend/port_input.py": "torch models arrive compiled (torch.compile's wrapper), parametrised or "
+    "with a subclass's own leaves; an NNX module is read as it is (jax_impl/backend/port.py checks it)",
 }
 # public names one side has and the other does not: (module, framework, name) -> reason
 ONE_SIDED_NAMES = {
@@ -54,6 +64,13 @@ ONE_SIDED_NAMES = {
         "jax",
         "transformation",
     ): "nnx.jit keys its compile cache on an optax transformation; a torch optimizer is built from its parameters",
+    ("backend.precision", "torch", "rebuild_buffers"): "a torch model holds tables it derived when built (HF's rotary "
+    "inv_freq, in float32); a JAX port computes them in its forward, which widening covers",
+    (
+        "backend.precision",
+        "torch",
+        "narrow_buffers",
+    ): "the tables rebuild_buffers could not rebuild (torch only, as it)",
 }
 # the submodules of a transformers model: the torch side imports the model's class, not its parts
 _HF = "a submodule of the transformers model the torch side imports whole (its class is the library's)"
@@ -73,12 +90,14 @@ for _port, _own in (
         "llama",
         {
             "rotary": "HF's rotary embedding is a module of the model; the port computes it where it is used",
+            "BareRMSNorm": "the rmsnorm_bfloat16 variant's norm, its statistics in the input's dtype",
             **{c: _HF for c in ("LlamaAttention", "LlamaMLP", "LlamaDecoderLayer", "LlamaModel")},
         },
     ),
     ("bert", {c: _HF for c in ("BertEmbeddings", "BertSelfAttention", "BertLayer", "BertModel")}),
     ("vit", {c: _HF for c in ("ViTEmbeddings", "ViTAttention", "ViTLayer", "ViTModel")}),
     ("gpt2", {c: _HF for c in ("GPT2Attention", "GPT2MLP", "GPT2Block", "GPT2Model")}),
+    ("qwen2", {}),  # Llama's port with biases: its modules are jax_impl/backend/ports/llama.py's
 ):
     ONE_SIDED_NAMES[(f"backend.ports.{_port}", "torch", "SIZES")] = "the reference's sizes: the port is built from them"
     ONE_SIDED_NAMES[(f"backend.ports.{_port}", "torch", "batch")] = (

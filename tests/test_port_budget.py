@@ -32,7 +32,8 @@ def test_a_check_above_the_memory_available_is_refused_with_the_numbers(monkeypa
     with pytest.raises(
         PortInputError,
         match=r"torch_model: [\d,]+ parameters with 5 step\(s\) in float64 \+ float32 "
-        r"need about [\d.]+ GB \(~\d+ bytes per parameter\), 0.0 GB are available",
+        r"need about [\d.]+ [MG]B \(~\d+ bytes per parameter, the recorded forward on the batch ~[\d.]+ MB of it\), "
+        r"0.0 GB are available",
     ):
         check_port(
             torch_model,
@@ -114,3 +115,142 @@ def test_each_side_trains_one_step_per_request_and_holds_none_it_yielded(side: s
         del later
         gc.collect()
     assert s == 3
+
+
+def _fake_cgroups(tmp_path, own: str, files: dict[str, str]):
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "cgroup").write_text(own)
+    for rel, text in files.items():
+        (tmp_path / "cg" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cg" / rel).write_text(text)
+    return tmp_path / "cg", tmp_path / "proc" / "cgroup"
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    "own, files, left",
+    [
+        # cgroup v1, the host's hierarchy mounted: the limit sits on the process's own folder
+        (
+            "9:pids:/\n4:memory:/jobs/j1\n0::/\n",
+            {"memory/jobs/j1/memory.limit_in_bytes": str(4 * GIB), "memory/jobs/j1/memory.usage_in_bytes": str(GIB)},
+            3 * GIB,
+        ),
+        # cgroup v1 in a container: the mount is the process's cgroup, its path is not below it
+        (
+            "4:memory:/jobs/j1\n",
+            {"memory/memory.limit_in_bytes": str(4 * GIB), "memory/memory.usage_in_bytes": str(GIB // 2)},
+            4 * GIB - GIB // 2,
+        ),
+        # cgroup v1 without a limit (2^63 rounded to pages): none
+        (
+            "4:memory:/\n",
+            {"memory/memory.limit_in_bytes": "9223372036854771712", "memory/memory.usage_in_bytes": str(GIB)},
+            None,
+        ),
+        # cgroup v2, nested: the parent's limit is the tighter one
+        (
+            "0::/user.slice/job\n",
+            {
+                "user.slice/memory.max": str(2 * GIB),
+                "user.slice/memory.current": str(GIB),
+                "user.slice/job/memory.max": "max",
+                "user.slice/job/memory.current": str(GIB // 4),
+            },
+            GIB,
+        ),
+        # hybrid: v1's memory controller limits, v2's unified hierarchy has none
+        (
+            "4:memory:/a\n0::/\n",
+            {"memory/a/memory.limit_in_bytes": str(GIB), "memory/a/memory.usage_in_bytes": "0"},
+            GIB,
+        ),
+    ],
+    ids=["v1-host-view", "v1-container-view", "v1-unlimited", "v2-nested", "hybrid"],
+)
+def test_the_memory_left_reads_cgroup_v1_and_v2_up_the_hierarchy(tmp_path, monkeypatch, own, files, left) -> None:
+    root, proc = _fake_cgroups(tmp_path, own, files)
+    assert budget._cgroup_left(root, proc) == left
+    monkeypatch.setattr(budget, "CGROUP_ROOT", root)
+    monkeypatch.setattr(budget, "PROC_CGROUP", proc)
+    free = budget.available()
+    assert free is not None and (left is None or free <= left)
+
+
+def test_a_real_cgroup_v1_limit_is_seen_by_a_process_inside_it() -> None:
+    """Where this machine lets us make a memory cgroup (v1, under our own), a child moved into a 4 GiB one
+    sees at most 4 GiB left, whatever the machine's MemAvailable."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+    from pathlib import Path
+
+    line = next((ln for ln in Path("/proc/self/cgroup").read_text().splitlines() if ":memory:" in ln), None)
+    own = Path("/sys/fs/cgroup/memory") / line.split(":", 2)[2].strip("/") if line else None
+    group = own / f"detach-parity-test-{uuid.uuid4().hex[:8]}" if own else None
+    try:
+        group.mkdir()  # type: ignore[union-attr]
+        (group / "memory.limit_in_bytes").write_text(str(4 * GIB))
+    except (OSError, AttributeError) as exc:
+        pytest.skip(f"no writable cgroup v1 memory hierarchy here: {exc}")
+    try:
+        code = (
+            "import os, sys; from pathlib import Path; "
+            f"Path({str(group / 'cgroup.procs')!r}).write_text(str(os.getpid())); "
+            "from detach_parity.shared.apps.check import budget; print(budget.available())"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+        assert 0 < int(out.stdout.split()[-1]) <= 4 * GIB, out.stdout
+    finally:
+        os.rmdir(group)  # empty again: its one process has exited
+
+
+def test_a_wide_batch_is_refused_by_its_recorded_forward_before_anything_runs(monkeypatch) -> None:
+    """0.2 M parameters on 100 k × 256 rows (the adversarial case: killed in 4 GiB, 2.6 GiB at 50 k rows
+    against a parameters-only 0.52 GB): the forward measured on 2 rows is scaled to all of them."""
+    import optax
+    import torch
+    import torch.nn.functional as F
+    from flax import nnx
+    from torch import nn
+
+    torch.manual_seed(0)
+    tm = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 128), nn.ReLU(), nn.Linear(128, 10))
+    r = nnx.Rngs(0)
+    jm = nnx.Sequential(
+        nnx.Linear(256, 512, rngs=r), nnx.relu, nnx.Linear(512, 128, rngs=r), nnx.relu, nnx.Linear(128, 10, rngs=r)
+    )
+    rng = np.random.default_rng(0)
+    batch = {"x": rng.normal(size=(100_000, 256)).astype(np.float32), "y": rng.integers(0, 10, 100_000)}
+    n = sum(p.numel() for p in tm.parameters())
+    assert budget.estimate(n, 5, ("float64", "float32")) * 1.1 < 4 * GIB / 4  # parameters alone: far below
+    monkeypatch.setattr(budget, "available", lambda: 4 * GIB)
+    with pytest.raises(PortInputError, match=r"the recorded forward on the batch ~[4-9]\.\d GB of it\), 4.0 GB are"):
+        check_port(
+            tm,
+            jm,
+            batch,
+            torch_loss=lambda m, b: F.cross_entropy(m(b["x"]), b["y"]),
+            jax_loss=lambda m, b: optax.softmax_cross_entropy_with_integer_labels(m(b["x"]), b["y"]).mean(),
+            torch_optimizer=lambda p: torch.optim.SGD(p, 0.1),
+            jax_optimizer=optax.sgd(0.1),
+        )
+    assert all(p.grad is None for p in tm.parameters())  # refused before anything ran
+
+
+def test_the_recorded_forward_is_measured_on_the_first_rows_and_scaled() -> None:
+    batch = {"x": np.ones((1000, 3)), "y": np.zeros(1000, np.int64)}
+    seen = []
+
+    def record(sub):
+        seen.append({k: v.shape for k, v in sub.items()})
+        return {"layer": [[np.zeros((len(sub["x"]), 7))]]}
+
+    # 2 rows: 7 float64 outputs + 3 float64 inputs + one int64 label per row
+    assert budget.activations(record, batch) == (7 * 8 + 3 * 8 + 8) * 1000
+    assert seen == [{"x": (2, 3), "y": (2,)}]
+    assert budget.activations(record, {"x": np.ones((4, 3)), "mask": np.ones((5, 5))}) is None  # no common axis
+    assert budget.activations(lambda sub: 1 / 0, batch) is None  # the loss refused 2 rows: not measured

@@ -109,7 +109,8 @@ def test_a_worked_port_by_name(capsys) -> None:
         (
             None,
             ["check", "mlp"],
-            "worked port: expected one of ['cnn', 'gru', 'transformer', 'llama', 'bert', 'vit', 'gpt2'], got 'mlp'",
+            "worked port: expected one of ['cnn', 'gru', 'transformer', 'llama', 'bert', 'vit', 'gpt2', 'qwen2'], "
+            "got 'mlp'",
         ),
         ("torch_model = 1\n", ["check", "{file}"], "expected the names ['torch_model', 'jax_model', 'batch'"),
         ("raise RuntimeError('boom')\n", ["check", "{file}"], "running it raised RuntimeError: boom"),

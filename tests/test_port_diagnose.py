@@ -354,9 +354,9 @@ def test_p16_attention_softmax_taken_in_float32_is_not_the_ports_bug() -> None:
     batch = {"x": RNG.normal(size=(2, 3, 4)).astype(np.float32)}
     report = _check(TAtt(), JAtt(), batch, lambda m, b: m(b["x"]).sum(), lambda m, b: m(b["x"]).sum(),
                     dtypes=("float64", "float32"))  # fmt: skip
-    # the float64 pass takes its softmax in float64: a correct port matches, and the report says why
+    # the float64 pass takes its softmax in float64: a correct port matches, and the report says where it widened
     assert report.ok and report.verdict() == "match", report.table()
-    assert any("dot_product_attention ran with its softmax in float64" in n for n in report.notes)
+    assert any(n.startswith("float64 pass: the port computes `attn` in float32: widened") for n in report.notes)
 
 
 # --- P17: the soft target update with τ and 1 − τ swapped (user's own steps) -------------------------------------

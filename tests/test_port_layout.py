@@ -10,11 +10,20 @@ import numpy as np
 import pytest
 import torch
 from detach_parity.jax_impl.backend.ports.gru import TorchGRUCell
-from detach_parity.jax_impl.backend.ports.transformer import attention
 from detach_parity.shared.apps.backends import backend
 from detach_parity.shared.apps.check import PortInputError, transfer_back, transfer_weights
 from flax import nnx
 from torch import nn
+
+
+def attention(query, key, value, bias=None, mask=None, **_):
+    """Softmax attention in the inputs' dtype (the worked ports keep torch's float32 softmax: a float32 island in
+    a float64 run outside the checker, which widens it): q, k, v [B, T, heads, D/heads]."""
+    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key) / jnp.sqrt(query.shape[-1]).astype(query.dtype)
+    if mask is not None:
+        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits, axis=-1), value)
+
 
 F64 = {"param_dtype": jnp.float64}
 RNG = np.random.default_rng(0)

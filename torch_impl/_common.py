@@ -185,8 +185,12 @@ def field(fx: Fixture, key: str, requires_grad: bool = False) -> torch.Tensor:
 
 
 def numpy(x) -> np.ndarray:
-    """A tensor (cut from the graph), numpy array or scalar as a numpy array."""
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    """A tensor (cut from the graph), numpy array or scalar as a numpy array; a bfloat16 / float16 tensor as
+    float32 (numpy has no bfloat16: the float32 holds the same numbers exactly)."""
+    if not isinstance(x, torch.Tensor):
+        return np.asarray(x)
+    t = x.detach().cpu()
+    return (t.float() if t.dtype in (torch.bfloat16, torch.float16) else t).numpy()
 
 
 def grads_or_zeros(loss: torch.Tensor, inputs: Sequence[torch.Tensor], **kwargs) -> list[torch.Tensor]:

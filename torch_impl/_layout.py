@@ -22,6 +22,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._common import numpy
+from ._weight_norm import reparametrized
+
 __all__ = ["Leaf", "RULES", "EPS_NAMES", "norm_like", "rule_for", "owned", "named_leaves", "load_params", "params_of",
            "grads_of"]  # fmt: skip
 
@@ -175,13 +178,13 @@ def rule_for(module: nn.Module) -> tuple[Leaf, ...] | None:
     """The canonical leaves of a module by its type or class name (a subclass inherits its base's rule), else None.
 
     A module of another library whose class no rule names may still be recognised by what it is
-    (`norm_like`: a norm's scale and bias). Raises ValueError for a configuration no rule explains
-    (e.g. a bidirectional nn.LSTM).
+    (`norm_like`: a norm's scale and bias). A weight-normed weight's leaf is its g and v (_weight_norm.py).
+    Raises ValueError for a configuration no rule explains (e.g. a bidirectional nn.LSTM).
     """
     for cls in type(module).__mro__:
         rule = RULES.get(cls) or RULES.get(f"{cls.__module__}.{cls.__qualname__}")
         if rule is not None:
-            return rule(module)
+            return reparametrized(module, rule(module))
     if norm_like(module):
         return _norm(module)
     return None
@@ -279,7 +282,7 @@ def params_of(
             if tuple(value.shape) != tuple(own.shape):
                 raise ValueError(f"params_of: {name!r} expected shape {tuple(own.shape)}, got {tuple(value.shape)}")
             seen.add(name)
-        out[key] = np.array(leaf.to_canon(_piece(value, leaf).numpy(force=True)), copy=True)
+        out[key] = np.array(leaf.to_canon(numpy(_piece(value, leaf))), copy=True)
     extra = sorted(set(tensors or ()) - seen)
     if extra:
         raise ValueError(f"params_of: tensors {extra} match no parameter of {type(module).__name__}")
@@ -292,5 +295,5 @@ def grads_of(module: nn.Module) -> dict[str, np.ndarray]:
     for key, _, sub, leaf in named_leaves(module):
         param = _attr(sub, leaf.attr)
         g = torch.zeros_like(param) if param.grad is None else param.grad
-        out[key] = np.array(leaf.to_canon(_piece(g, leaf).numpy(force=True)), copy=True)
+        out[key] = np.array(leaf.to_canon(numpy(_piece(g, leaf))), copy=True)
     return out

@@ -6,14 +6,16 @@
     ports      the worked ports of the checker (correct and buggy), by name
     bench      what `detach-parity bench` times
     claims     the tutorial claims' checks, one module per theme
-    profile    what `detach-parity run --profile` counts (JAX: traces, lowerings, compiles)
+    profile    what `detach-parity run --profile` counts (JAX: traces, lowerings, compiles), the compile cache
+    inside     what a module computes, value by value, with its lines (the checker's `name the line`)
+    optimizer  the optimizer part by part (where a first step parts while the gradients match)
 
 Mirrored in torch_impl/backend/: the same modules and functions in the same order. The lessons
 (the modules above this package) never import it; only shared.apps.backends does.
 """
 
-from . import bench, claims, port, port_run, profile
+from . import bench, claims, inside, optimizer, port, port_run, profile
 
-__all__ = ["FRAMEWORK", "port", "port_run", "bench", "claims", "profile"]
+__all__ = ["FRAMEWORK", "port", "port_run", "bench", "claims", "profile", "inside", "optimizer"]
 
 FRAMEWORK = "jax"

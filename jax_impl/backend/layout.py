@@ -12,10 +12,13 @@ Reference: Flax NNX docs, flax.nnx.nn.recurrent (GRUCell, LSTMCell, OptimizedLST
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping
 
 import numpy as np
 from flax import nnx
+
+from .norm_rule import norm_rule
 
 __all__ = ["RULES", "rule_for", "register"]
 
@@ -181,15 +184,26 @@ def _gates_back(m, n):
 def _by_leaves(module) -> tuple[Callable, Callable] | None:
     """A rule for a class of the user's that has none, by what it holds rather than its name: a recurrent
     cell written by hand with nnx's leaf names and both of torch's biases (fused dense_i / dense_h, or
-    nnx.LSTMCell's per-gate ii ... ho). None for anything else (held as the canonical layout)."""
+    nnx.LSTMCell's per-gate ii ... ho), or a norm written by hand under HF's names (`weight`, `eps`:
+    norm_rule.py). None for anything else (held as the canonical layout). Found once per module object: a
+    check maps every step of both sides through its rules, and its model copies keep their leaves' names."""
     if type(module).__module__.startswith("flax."):
         return None
+    if module not in _FOUND:
+        _FOUND[module] = _found_by_leaves(module)
+    return _FOUND[module]
+
+
+_FOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module object -> _by_leaves' rule or None
+
+
+def _found_by_leaves(module) -> tuple[Callable, Callable] | None:
     names = {"/".join(map(str, path)) for path, _ in nnx.to_flat_state(nnx.state(module, nnx.Param))}
     if names == set(_FUSED.values()):
         return _renamed, _renamed_back
     if names == _GATES:
         return _gates, _gates_back
-    return None
+    return norm_rule(module)
 
 
 def rule_for(module) -> tuple[str, Callable, Callable, nnx.Module]:
@@ -198,7 +212,7 @@ def rule_for(module) -> tuple[str, Callable, Callable, nnx.Module]:
     to(module, canonical, grad) -> (leaves, sources, dropped): canonical leaves (torch's rule
     table, keyed like `ih/kernel`) as the module's own; back(module, leaves) -> canonical.
     nnx.RNN hands its leaves to its cell (prefix `cell/`); a class of the user's without a rule is
-    recognised by its leaves where it is a hand-written recurrent cell (_by_leaves); any other module
+    recognised by its leaves where it is a hand-written recurrent cell or norm (_by_leaves); any other module
     holds the canonical layout as it is (nnx.Linear, nnx.Conv, nnx.Embed, the norms).
     """
     prefix = ""

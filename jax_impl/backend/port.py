@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import importlib
+import weakref
 from collections.abc import Callable, Mapping
 
 import jax
@@ -29,12 +30,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from .._common import numerics
+from .._common import numerics, numpy
 from .layout import register, rule_for
+from .norm_rule import EPS_NAMES, suggestion
+from .precision import STORAGE
 
-__all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load", "register"]
+__all__ = ["worked_port", "check_model", "view", "copy_model", "structure", "to_native", "read", "native", "load",
+           "register"]  # fmt: skip
 
-_STATE = nnx.Any(nnx.Param, nnx.BatchStat)
+_STATE_TYPES = (nnx.Param, nnx.BatchStat)  # what a check compares and trains
+_STATE = nnx.Any(*_STATE_TYPES)
 
 
 def worked_port(name: str):
@@ -81,25 +86,34 @@ def check_model(model) -> None:
             )
 
 
+def view(model) -> tuple:
+    """The model as the checker reads and runs it, and the notes that say how: an NNX module as it is, no notes
+    (torch's reads through torch.compile's wrapper; nnx.jit wraps functions, never a module)."""
+    return model, []
+
+
 def copy_model(model, dtype: str):
     """An nnx.clone of `model` in `dtype`, every array its own (the caller's untouched, never donated).
 
-    Every floating nnx.Param / nnx.BatchStat is cast, and so are the modules' `param_dtype` and a
-    floating `dtype` (nnx.GRUCell makes its carry in param_dtype; a computation dtype of float32
-    would otherwise make the float64 pass a float32 one).
+    Every floating nnx.Param / nnx.BatchStat is cast to STORAGE[dtype], and so are the modules' `param_dtype`
+    and a floating `dtype` (nnx.GRUCell makes its carry in param_dtype; a computation dtype of float32 would
+    otherwise make the float64 pass a float32 one); "mixed_bfloat16" keeps each module's `dtype` as built.
+    Raises ValueError for a dtype not in STORAGE.
     """
-    with numerics(dtype):
+    if dtype not in STORAGE:
+        raise ValueError(f"copy_model: dtype expected one of {list(STORAGE)}, got {dtype!r}")
+    with numerics("float64" if dtype == "float64" else "float32"):
         twin = nnx.clone(model)
         for _, sub in nnx.iter_modules(twin):
-            for attr in ("param_dtype", "dtype"):
+            for attr in ("param_dtype",) if dtype == "mixed_bfloat16" else ("param_dtype", "dtype"):
                 value = getattr(sub, attr, None)
                 if value is not None and jnp.issubdtype(value, jnp.floating):
-                    setattr(sub, attr, jnp.dtype(dtype))
-        state = nnx.state(twin, _STATE)
+                    setattr(sub, attr, STORAGE[dtype])
+        state = nnx.state(twin)  # every Variable: an nnx.Rngs' key and count too, which a jitted step donates
         for _, var in nnx.to_flat_state(state):
             value = var.get_value()
-            if jnp.issubdtype(value.dtype, jnp.floating):
-                var.set_value(jnp.asarray(np.asarray(value, dtype=dtype)))  # cast in numpy: no XLA compile per shape
+            if isinstance(var, _STATE_TYPES) and jnp.issubdtype(value.dtype, jnp.floating):
+                var.set_value(jnp.asarray(np.asarray(value, dtype=STORAGE[dtype])))  # in numpy: no compile per shape
             elif isinstance(value, jax.Array):  # its own buffer, not the caller's: a jitted step may donate it
                 var.set_value(jnp.array(value, copy=True))
         nnx.update(twin, state)
@@ -123,6 +137,9 @@ def _sequential_alias(modules: dict[tuple, nnx.Module]) -> Callable[[tuple], tup
 def _config(m: nnx.Module) -> dict:
     names = ("epsilon", "momentum", "num_heads", "num_groups", "strides", "padding", "kernel_dilation")
     cfg = {n: getattr(m, n) for n in names if isinstance(getattr(m, n, None), int | float | str | tuple)}
+    eps = next((getattr(m, n) for n in EPS_NAMES if isinstance(getattr(m, n, None), float)), None)
+    if eps is not None:  # a hand-written norm's epsilon by the names torch's side reads too (`eps`, HF's own)
+        cfg["epsilon"] = eps
     if isinstance(m, nnx.Conv):
         cfg["feature_group_count"] = m.feature_group_count
     if isinstance(m, nnx.BatchNorm | nnx.Dropout):
@@ -173,7 +190,7 @@ def to_native(model, canonical: Mapping[str, Mapping[str, np.ndarray]], grad: bo
     Raises:
       ValueError: a unit path is not a module, a leaf is missing, or a shape differs (names both shapes).
     """
-    state = {_key(p): v.get_value() for p, v in nnx.to_flat_state(nnx.state(model, _STATE))}
+    state = _shapes(model)
     leaves, sources, dropped = {}, {}, {}
     for unit, canon in canonical.items():
         try:
@@ -188,23 +205,50 @@ def to_native(model, canonical: Mapping[str, Mapping[str, np.ndarray]], grad: bo
             if path not in state:
                 own = sorted(k.removeprefix(f"{unit}/") for k in state if k.startswith(head))
                 # a class of the user's holding a standard layer's leaves under its own names: say the rule it takes
+                # (a norm's filled in with its own leaf names: norm_rule.suggestion)
+                blank = ", ".join(f"{k!r}: <its leaf>" for k in canon)
+                rule = suggestion(cell, canon) or f"register_rule({type(cell).__name__}, {{{blank}}})"
                 fix = "" if type(cell).__module__.startswith("flax") else (
-                    f": a class of your own holding them under other names takes a rule, register_rule("
-                    f"{type(cell).__name__}, {{{', '.join(f'{k!r}: <its leaf>' for k in canon)}}}) (README, Check "
+                    f": a class of your own holding them under other names takes a rule, {rule} (README, Check "
                     "your own port)")  # fmt: skip
                 raise ValueError(
                     f"jax_model: {type(cell).__name__} at {unit or '(model)'!r} has no leaf {prefix}{rel!r} "
                     f"for canonical {src[rel]} (its leaves: {own}){fix}"
                 )
-            if tuple(np.shape(value)) != tuple(state[path].shape):
+            if _keepdims_g(src[rel], np.shape(value), state[path]):
+                value = np.reshape(value, state[path])
+            if tuple(np.shape(value)) != state[path]:
                 raise ValueError(
-                    f"jax_model: {path!r} has shape {tuple(state[path].shape)}, the torch weights give "
+                    f"jax_model: {path!r} has shape {state[path]}, the torch weights give "
                     f"{tuple(np.shape(value))} (canonical {src[rel]}): no layout rule explains it"
                 )
             leaves[path] = np.asarray(value)
             sources[path] = [f"{unit}/{s}" if unit else s for s in src[rel]]
         dropped.update({f"{unit}/{k}" if unit else k: why for k, why in drop.items()})
     return leaves, sources, dropped
+
+
+_SHAPES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model object -> {leaf path: shape}
+
+
+def _shapes(model) -> dict[str, tuple]:
+    """The shapes of `model`'s Params and BatchStats by path, read once per model object: a check maps every
+    step of both sides onto its copies, whose leaves keep their shapes (a model reshaped in place is not one)."""
+    if model not in _SHAPES:
+        _SHAPES[model] = {_key(p): tuple(v.get_value().shape) for p, v in nnx.to_flat_state(nnx.state(model, _STATE))}
+    return _SHAPES[model]
+
+
+def _keepdims_g(sources: list[str], canonical: tuple, port: tuple) -> bool:
+    """Whether a weight norm's g (canonical `<leaf>_g`, [n]) is held by the port with the kernel's rank, its
+    other axes of size 1 ([1, 1, n] for a conv kernel, as torch keeps it [n, 1, 1]): the same g, reshaped."""
+    squeezed = tuple(d for d in port if d != 1)
+    return (
+        len(sources) == 1
+        and sources[0].endswith("_g")
+        and tuple(canonical) != tuple(port)
+        and squeezed == tuple(d for d in canonical if d != 1)
+    )
 
 
 def read(model, units: list[str]) -> dict[str, dict[str, np.ndarray]]:
@@ -228,7 +272,7 @@ def read(model, units: list[str]) -> dict[str, dict[str, np.ndarray]]:
 
 def native(model) -> dict[str, np.ndarray]:
     """Every nnx.Param and nnx.BatchStat of `model` as numpy, keyed by its '/'-joined path."""
-    return {_key(p): np.asarray(jax.device_get(v.get_value())) for p, v in nnx.to_flat_state(nnx.state(model, _STATE))}
+    return {_key(p): numpy(v.get_value()) for p, v in nnx.to_flat_state(nnx.state(model, _STATE))}
 
 
 def load(model, canonical: Mapping[str, Mapping[str, np.ndarray]], strict: bool = True) -> dict[str, str]:

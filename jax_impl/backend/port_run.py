@@ -4,8 +4,9 @@ the loss, every gradient) and K optimizer steps; the mirror of torch_impl/backen
 What it does: the runs `detach-parity check` compares (shared/apps/check). One jitted function per
 dtype does the recorded forward, the gradient w.r.t. every nnx.Param and the optimizer update, so a
 check compiles once for the forward, the gradients and the K steps. `knobs` are counterfactuals on
-this side (the default matmul precision off a CPU); a float64 run takes jax.nn.dot_product_attention's
-softmax in float64 (knobs._exact_attention). `cotangents` gives the gradient arriving at each module.
+this side (the default matmul precision off a CPU); a float64 run computes the port's own float32 casts
+in float64 (precision.py: jax.nn.dot_product_attention's float32 softmax too). `cotangents` gives the gradient
+arriving at each module.
 Gradient flow: gradients w.r.t. every nnx.Param (a stop_gradient gives exact zeros); only the leaves
 in the optimizer's `wrt` filter are updated: the mirror of torch's requires_grad_(False).
 Port note: NNX has no forward hooks, and nnx.capture cannot record inside nnx.RNN's scan: the outputs
@@ -18,7 +19,6 @@ Reference: Flax NNX docs (nnx.split / nnx.merge, nnx.Optimizer(wrt), nnx.value_a
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterator, Mapping
 
 import jax
@@ -27,16 +27,17 @@ import numpy as np
 import optax
 from flax import nnx
 
-from .._common import numerics
-from .knobs import _exact_attention, knobs
+from .._common import numpy as as_numpy
 from .knobs import knob as apply_knob
-from .port import _key, native
-from .record import recorded_loss, recorded_value_and_grad, recording, trace_of
+from .knobs import knobs
+from .port import _STATE, _key, native
+from .precision import batch as _batch
+from .precision import settings, widening
+from .programs import UNTRACEABLE, eager_or_jitted, jitted
+from .record import notes_for as _notes
+from .record import recorded_loss, recorded_value_and_grad, recording, run_of, scopes, trace_of
 
 __all__ = ["knobs", "repeat_loss", "run_loss", "cotangents", "steps", "train"]
-
-# the checker calls each compiled function a few times: compile time dominates, so XLA's cheapest level
-_FAST = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
 
 
 def _scalar(loss, name: str) -> jax.Array:
@@ -50,10 +51,6 @@ def _scalar(loss, name: str) -> jax.Array:
 
 def _loss(loss_fn: Callable) -> Callable:
     return lambda m, b: _scalar(loss_fn(m, b), "jax_loss")
-
-
-def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
-    return {k: jnp.asarray(v) for k, v in batch.items()}
 
 
 class _UpdateError(Exception):
@@ -71,36 +68,10 @@ def _call(fn: Callable, model, batch, name: str):
         raise ValueError(f"{name}(model, batch) raised {type(exc).__name__}: {exc} (batch: {shapes})") from exc
 
 
-_UNTRACEABLE = (  # what a user's code raises under jit where it reads a traced value on the host: run eagerly
-    jax.errors.ConcretizationTypeError,
-    jax.errors.TracerBoolConversionError,
-    jax.errors.TracerArrayConversionError,
-)
-
-
-def _jit_or_eager(fn: Callable, *args):
-    """fn jitted (one compile instead of one per operation); eagerly if the user's code cannot be traced."""
-    try:
-        return jax.jit(fn, compiler_options=_FAST)(*args)
-    except _UNTRACEABLE:
-        return fn(*args)
-
-
 def _copy(state):
     # new Variable objects over the same values: two nnx.merge of one state share its Variables, so a
     # recorded forward on the copy would update the BatchStats of the model too
     return jax.tree.map(lambda x: x, state)
-
-
-def _run(outputs, loss, grads, trainable: set[str], layouts: dict) -> dict:
-    grads = {_key(p): np.asarray(v.get_value()) for p, v in nnx.to_flat_state(grads)}
-    return {
-        "loss": np.asarray(loss),
-        "outputs": {k: [[np.asarray(a) for a in call] for call in v] for k, v in outputs.items()},
-        "layouts": {k: [list(call) for call in v] for k, v in layouts.items()},
-        "grads": grads,
-        "trainable": {k: k in trainable for k in grads},
-    }
 
 
 def repeat_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> tuple[float, float] | None:
@@ -114,22 +85,31 @@ def repeat_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype
     """
     if not nnx.to_flat_state(nnx.state(model, nnx.RngState)):
         return None  # the check's passes run the loss anyway: one compile fewer per check
-    with numerics(dtype):
-        b = _batch(batch)
+    with settings(dtype):
+        b = _batch(batch, dtype)
         pair = _call(lambda m, bb: _twice(loss_fn, m, bb), model, b, "jax_loss")
         first, second = (float(_scalar(loss, "jax_loss")) for loss in pair)
     return first, second
 
 
 def _twice(loss_fn: Callable, model, b) -> tuple:
-    # one compile for both calls (eagerly, each operation is a program of its own); nnx.jit carries an
-    # nnx.Rngs' advanced counter out of the first call, so a module drawing random numbers still differs
-    jitted = nnx.jit(loss_fn)
+    # one program for both calls (eagerly, each operation is a program of its own), reused by the next check;
+    # the state it returns carries an nnx.Rngs' advanced counter into the second call, so a module drawing
+    # random numbers still differs
+    graphdef, state = nnx.split(model)
+
+    def once(state, b):
+        m = nnx.merge(graphdef, state)
+        return loss_fn(m, b), nnx.state(m)
+
+    program = jitted(once)
     try:
-        first = jitted(model, b)
-    except _UNTRACEABLE:
+        first, state = program(state, b)
+    except UNTRACEABLE:
         return loss_fn(model, b), loss_fn(model, b)
-    return first, jitted(model, b)
+    second, state = program(state, b)
+    nnx.update(model, state)
+    return first, second
 
 
 def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str, wrt=nnx.Param, knob=None) -> dict:
@@ -147,24 +127,24 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
       ValueError: the loss raised or is not a scalar (a forward drawing random numbers is refused before,
         by the checker's repeat_loss).
     """
-    used: list = []
-    with numerics(dtype), apply_knob(knob), _exact_attention(dtype, used):
-        b = _batch(batch)
+    with settings(dtype), apply_knob(knob):
+        b = _batch(batch, dtype)
         graphdef, state = nnx.split(model)
         layouts: dict = {}
+        notes = _notes(dtype)
 
         def forward_and_gradient(state, b):
             # one compile, one forward: recorded inside the gradient's, which updates the BatchStats once
             m = nnx.merge(graphdef, state)
-            loss, outputs, grads = recorded_value_and_grad(m, _loss(loss_fn), b, layouts)
+            loss, outputs, grads = recorded_value_and_grad(m, _loss(loss_fn), b, layouts, *notes)
             return outputs, loss, grads, nnx.state(m)
 
         outputs, loss, grads, after = _call(
-            lambda m, b: _jit_or_eager(forward_and_gradient, state, b), model, b, "jax_loss"
+            lambda m, b: eager_or_jitted(forward_and_gradient, state, b), model, b, "jax_loss"
         )
         nnx.update(model, after)  # the BatchStats the forward updated, as torch's buffers
         trainable = {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}
-        return dict(_run(outputs, loss, grads, trainable, layouts), exact_attention=bool(used))
+        return run_of(outputs, loss, grads, trainable, layouts, notes)
 
 
 def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> dict:
@@ -178,14 +158,16 @@ def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype:
     Raises:
       ValueError: the loss raised or is not a scalar.
     """
-    with numerics(dtype), _exact_attention(dtype, []):
-        b = _batch(batch)
+    with settings(dtype):
+        b = _batch(batch, dtype)
         graphdef, state = nnx.split(model)
 
         def gradients(state, b):
             _, outputs = recorded_loss(nnx.merge(graphdef, _copy(state)), _loss(loss_fn), b, {})
             floating = lambda a: jnp.issubdtype(a.dtype, jnp.inexact)  # noqa: E731
-            probes = {k: [[jnp.zeros_like(a) if floating(a) else None for a in call] for call in calls]
+            # float64: a float64 probe also on an output the port computes in float32 (widened, as its forward)
+            wide = {"dtype": jnp.float64} if dtype == "float64" else {}
+            probes = {k: [[jnp.zeros_like(a, **wide) if floating(a) else None for a in call] for call in calls]
                       for k, calls in outputs.items()}  # fmt: skip
             top = trace_of(b)
 
@@ -195,11 +177,13 @@ def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype:
                 with recording(m, None, (top, inner), probes=probes):
                     return _scalar(loss_fn(m, b), "jax_loss")
 
+            if dtype == "float64":  # the forward the pass compared: the port's float32 casts in float64
+                loss_of = widening(loss_of, {}, scopes(model))
             return outputs, jax.grad(loss_of)(probes)
 
-        outputs, grads = _call(lambda m, b: _jit_or_eager(gradients, state, b), model, b, "jax_loss")
+        outputs, grads = _call(lambda m, b: eager_or_jitted(gradients, state, b), model, b, "jax_loss")
         return {
-            k: [[np.zeros(np.shape(a)) if g is None else np.asarray(g) for a, g in zip(oc, gc, strict=True)]
+            k: [[np.zeros(np.shape(a)) if g is None else as_numpy(g) for a, g in zip(oc, gc, strict=True)]
                 for oc, gc in zip(outputs[k], calls, strict=True)]
             for k, calls in grads.items()
         }  # fmt: skip
@@ -225,60 +209,76 @@ def steps(
     """
     name = "jax_step" if step is not None else "jax_loss"
     runs: list[dict] = []
-    used: list = []
-    with numerics(dtype), apply_knob(knob):
-        b = _batch(batch)  # in x64 for float64: outside it jnp.asarray would round the batch to float32
+    with settings(dtype), apply_knob(knob):
+        b = _batch(batch, dtype)  # in x64 for float64: outside it jnp.asarray would round the batch to float32
         if step is None:
-            step = _optimizer_step(model, loss_fn, optimizer, runs)
-    for _ in range(k):
+            step = _optimizer_step(model, loss_fn, optimizer, runs, _notes(dtype))
+    values = getattr(step, "values", lambda: native(model))  # the checker's step holds its state between steps
+    for s in range(k):
         # the settings and the knob hold for the step only: between steps the caller runs torch
-        with numerics(dtype), apply_knob(knob), _exact_attention(dtype, used):
+        with settings(dtype), apply_knob(knob):
             loss = _scalar(_call(step, model, b, name), name)
-            out = {"loss": np.asarray(loss), "values": native(model)}
+            out = {"loss": as_numpy(loss), "values": values()}
+            if s == k - 1 and hasattr(step, "close"):
+                step.close(model)  # trained in place, as a user's own step trains it
         if runs:
-            out["run"] = dict(runs.pop(), exact_attention=bool(used))
+            out["run"] = runs.pop()
         yield out
         del out  # not held while the next step runs: the caller's copy is all there is
 
 
-def _optimizer_step(model, loss_fn: Callable, optimizer, runs: list) -> Callable:
+def _optimizer_step(model, loss_fn: Callable, optimizer, runs: list, notes: tuple) -> Callable:
     pair = isinstance(optimizer, tuple) and not isinstance(optimizer, optax.GradientTransformation)
     tx, wrt = optimizer if pair else (optimizer, nnx.Param)
     if not isinstance(tx, optax.GradientTransformation):
         raise ValueError(f"jax_optimizer: expected an optax.GradientTransformation, got {type(tx).__name__}")
-    # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
-    try:
-        opt = nnx.jit(lambda m: nnx.Optimizer(m, tx, wrt=wrt))(model)  # one compile for every moment's init
+    model_def, model_state = nnx.split(model)
+    found = []  # the optimizer's structure (its GraphDef: static, no arrays), known once `init` is traced
+
+    def init(model_state):
+        # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
+        opt_def, opt_state = nnx.split(nnx.Optimizer(nnx.merge(model_def, model_state), tx, wrt=wrt))
+        found.append(opt_def)
+        return opt_state
+
+    try:  # one program for every moment's init
+        opt_state = jitted(init)(model_state)
+        opt = nnx.merge(found[-1], opt_state)
     except Exception as exc:
         raise ValueError(f"jax_optimizer: its init raised {type(exc).__name__}: {exc}") from exc
-    graphdef, _ = nnx.split((model, opt))
+    graphdef, state = nnx.split((model, opt))
     trainable = {_key(p) for p, _ in nnx.to_flat_state(nnx.state(model, wrt))}
     layouts: dict = {}
-    calls = []
 
-    # the state is donated: XLA writes the new leaves and moments over the old ones (copy_model made them
-    # the checker's own; one a caller still views as numpy is copied instead, its values untouched)
-    @functools.partial(jax.jit, compiler_options=_FAST, donate_argnums=0)
     def update(state, batch):
         m, o = nnx.merge(graphdef, state)
-        loss, outputs, grads = recorded_value_and_grad(m, _loss(loss_fn), batch, layouts)  # a stop: exact 0s
+        loss, outputs, grads = recorded_value_and_grad(m, _loss(loss_fn), batch, layouts, *notes)  # a stop: 0s
         # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
         o.update(m, nnx.filter_state(grads, wrt))
         return loss, (outputs, loss, grads), nnx.state((m, o))
 
+    # the state is donated: XLA writes the new leaves and moments over the old ones (copy_model made them
+    # the checker's own; one a caller still views as numpy is copied instead, its values untouched)
+    program = jitted(update, donate_argnums=(0,))
+    held = [state]  # the state between steps: the model is written once, after the last (nnx.update walks it all)
+    first = [True]
+
     def step(m, batch):
         try:
-            loss, run, after = update(nnx.state((m, opt)), batch)
+            loss, run, held[0] = program(held[0], batch)
         except Exception as exc:  # the loss and its gradient alone, jitted as the step is: where they work,
             nnx.jit(nnx.value_and_grad(loss_fn))(m, batch)  # the update raised; else the loss's own error
             raise _UpdateError from exc
-        calls.append(1)
-        if len(calls) == 1:
-            runs.append(_run(*run, trainable, layouts))
+        if first[0]:
+            first[0] = False
+            runs.append(run_of(*run, trainable, layouts, notes))
         del run  # the gradients and outputs of a later step: not compared, freed now
-        nnx.update((m, opt), after)
         return loss
 
+    step.values = lambda: {  # what native(model) would read after the step: its Params and BatchStats
+        _key(p): as_numpy(v.get_value()) for p, v in nnx.to_flat_state(nnx.filter_state(held[0][0], _STATE))
+    }
+    step.close = lambda m: nnx.update((m, opt), held[0])
     return step
 
 

@@ -16,7 +16,10 @@ import threading
 
 import jax
 
-__all__ = ["listen", "counters"]
+from . import programs
+from .programs import persistent_cache
+
+__all__ = ["listen", "counters", "persistent_cache"]
 
 # jax._src.dispatch's event names (JAXPR_TRACE_EVENT, JAXPR_TO_MLIR_MODULE_EVENT, BACKEND_COMPILE_EVENT)
 _DURATIONS = {
@@ -60,11 +63,12 @@ def listen() -> None:
 
 def counters() -> dict[str, float]:
     """Totals since listen(): jax_traces / jax_trace_s, jax_lowers / jax_lower_s, jax_compiles /
-    jax_compile_s (persistent-cache hits included, jax_cache_hits of them), traced/<function name>.
+    jax_compile_s (persistent-cache hits included, jax_cache_hits of them), traced/<function name>; and the
+    port checker's programs since the process started (programs.py): programs_lowered, _compiled, _reused.
 
     Raises RuntimeError before listen(): the totals would be zero and look like a measurement.
     """
     if not _listening:
         raise RuntimeError("profile.counters: expected listen() first, got no listener registered")
     with _lock:
-        return dict(_totals)
+        return {**_totals, **{f"programs_{k}": v for k, v in programs.counts().items()}}

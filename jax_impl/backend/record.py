@@ -21,8 +21,10 @@ from collections.abc import Callable, Iterator
 import jax
 from flax import nnx
 
+from .._common import numpy as as_numpy
 from .outputs import output_axes
 from .port import _key, _sequential_alias
+from .precision import recording_precision, widening
 
 __all__ = ["recording"]  # and, for port_run only (JAX has no hooks: torch records in its own run), the helpers below
 
@@ -78,18 +80,20 @@ def recording(model, outputs: dict[str, list] | None, top=None, layouts=None, pr
 
     def wrap(call):
         def recorded(self, *args, **kwargs):
-            out = call(self, *args, **kwargs)
-            if id(self) in names and probes is not None:
+            if id(self) not in names:
+                return call(self, *args, **kwargs)
+            with jax.named_scope(scope(names[id(self)])):  # each equation knows its module (precision.py reads it)
+                out = call(self, *args, **kwargs)
+            if probes is not None:
                 n = counts[names[id(self)]] = counts.get(names[id(self)], -1) + 1
                 return _probed(out, probes.get(names[id(self)], []), n, top)
-            if id(self) in names:
-                arrays = _leaves(out, top)
-                if arrays:  # the steps of a scan inside are not recorded
-                    outputs.setdefault(names[id(self)], []).append(arrays)
-                    whole = len(arrays) == sum(isinstance(x, jax.Array) for x in jax.tree.leaves(out))
-                    specs = output_axes(self, args, kwargs, arrays, known) if whole else [None] * len(arrays)
-                    if layouts is not None:
-                        layouts.setdefault(names[id(self)], []).append(specs)
+            arrays = _leaves(out, top)
+            if arrays:  # the steps of a scan inside are not recorded
+                outputs.setdefault(names[id(self)], []).append(arrays)
+                whole = len(arrays) == sum(isinstance(x, jax.Array) for x in jax.tree.leaves(out))
+                specs = output_axes(self, args, kwargs, arrays, known) if whole else [None] * len(arrays)
+                if layouts is not None:
+                    layouts.setdefault(names[id(self)], []).append(specs)
             return out
 
         return recorded
@@ -104,6 +108,18 @@ def recording(model, outputs: dict[str, list] | None, top=None, layouts=None, pr
                 cls.__call__ = call
             else:
                 del cls.__call__
+
+
+def scope(path: str) -> str:
+    """The named scope a module's call runs in while recorded: its path dotted, "(model)" for the root."""
+    return path.replace("/", ".") or "(model)"
+
+
+def scopes(model) -> dict[str, str]:
+    """{named scope: module path} of every module `recording` scopes (precision.widening charges equations by it)."""
+    modules = dict(nnx.iter_modules(model))
+    alias = _sequential_alias(modules)
+    return {scope(_key(alias(p))): _key(alias(p)) for p in modules}
 
 
 def trace_of(b):
@@ -121,10 +137,39 @@ def recorded_loss(probe, loss: Callable, b, layouts: dict) -> tuple[jax.Array, d
         return loss(probe, b), outputs
 
 
-def recorded_value_and_grad(m, loss: Callable, b, layouts: dict) -> tuple[jax.Array, dict, nnx.State]:
+def widened(fn: Callable, islands: dict | None, modules: dict, precision: dict | None = None) -> Callable:
+    """fn(m) of an NNX module with its float32 casts computed in float64 (precision.widening over m's state; the
+    state it leaves, BatchStats included, written back to m), or with `precision` (a bfloat16 run) what each
+    module computes in noted (precision.recording_precision); fn itself where both are None."""
+    if islands is None and precision is None:
+        return fn
+    if islands is not None:
+        transform = lambda f: widening(f, islands, modules)  # noqa: E731
+    else:
+        transform = lambda f: recording_precision(f, precision, modules)  # noqa: E731
+
+    def wide(m):
+        graphdef, state = nnx.split(m)
+
+        def pure(state):
+            copy = nnx.merge(graphdef, state)
+            return fn(copy), nnx.state(copy)
+
+        out, after = transform(pure)(state)
+        nnx.update(m, after)
+        return out
+
+    return wide
+
+
+def recorded_value_and_grad(
+    m, loss: Callable, b, layouts: dict, islands: dict | None = None, precision: dict | None = None
+) -> tuple[jax.Array, dict, nnx.State]:
     """(loss, outputs as recorded_loss's, the gradient w.r.t. every nnx.Param) of ONE forward of `m`: the
     outputs are recorded inside the gradient's own forward (its tracers and the jitted function's are kept,
-    a scan's are not), so a check traces, compiles and runs the forward once."""
+    a scan's are not), so a check traces, compiles and runs the forward once. With `islands` (a float64
+    run), the port's float32 casts run in float64 and are noted there; with `precision` (a bfloat16 run),
+    what each module computes in (widened)."""
     top = trace_of(b)
 
     def loss_and_outputs(m):
@@ -135,5 +180,28 @@ def recorded_value_and_grad(m, loss: Callable, b, layouts: dict) -> tuple[jax.Ar
         with recording(m, outputs, top if inner is None else (top, inner), layouts):
             return loss(m, b), outputs
 
-    (value, outputs), grads = nnx.value_and_grad(loss_and_outputs, has_aux=True)(m)
+    forward = widened(loss_and_outputs, islands, scopes(m), precision)
+    (value, outputs), grads = nnx.value_and_grad(forward, has_aux=True)(m)
     return value, outputs, grads
+
+
+def run_of(outputs, loss, grads, trainable: set[str], layouts: dict, notes: tuple) -> dict:
+    """A recorded run as port_run returns it: numpy arrays, the gradient by NNX path, the islands and precision
+    notes (notes_for's dicts, filled while tracing)."""
+    grads = {_key(p): as_numpy(v.get_value()) for p, v in nnx.to_flat_state(grads)}
+    return {
+        "loss": as_numpy(loss),
+        "outputs": {k: [[as_numpy(a) for a in call] for call in v] for k, v in outputs.items()},
+        "layouts": {k: [list(call) for call in v] for k, v in layouts.items()},
+        "grads": grads,
+        "trainable": {k: k in trainable for k in grads},
+        "islands": dict(notes[0] or {}),
+        "precision": dict(notes[1] or {}),
+    }
+
+
+def notes_for(dtype: str) -> tuple[dict | None, dict | None]:
+    """The notes a run of `dtype` fills: (islands, precision), each a dict to fill or None."""
+    # a float64 run widens the port's own float32 casts and notes them (islands); a bfloat16 run notes what each
+    # module computes in (precision); the float32 run is as written
+    return ({} if dtype == "float64" else None), ({} if dtype.endswith("bfloat16") else None)

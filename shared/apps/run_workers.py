@@ -93,7 +93,7 @@ class _Workers:
         return [item for group in queue for item in group]
 
     def _start(self) -> None:
-        argv = [sys.executable, "-m", __name__, "--parent", str(os.getpid())]
+        argv = children.python("-m", __name__, "--parent", str(os.getpid()))
         # the fixtures are far below torch's intra-op grain size: its OpenMP threads would only spin against
         # the other worker's (measured: the scenarios family 17.8 s → 15.0 s); an explicit setting wins
         env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}

@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Lesson", "Port", "PortRun", "Bench", "Claims", "Profile", "Backend"]
+__all__ = ["Lesson", "Port", "PortRun", "Bench", "Claims", "Profile", "Inside", "Optimizer", "Backend"]
 
 Arrays = dict[str, np.ndarray]
 Canonical = Mapping[str, Mapping[str, np.ndarray]]  # {unit path: {canonical leaf: array}}
@@ -45,6 +45,7 @@ class Port(Protocol):
 
     def worked_port(self, name: str) -> Any: ...
     def check_model(self, model: Any) -> None: ...
+    def view(self, model: Any) -> tuple: ...
     def copy_model(self, model: Any, dtype: str) -> Any: ...
     def structure(self, model: Any) -> dict: ...
     def to_native(self, model: Any, canonical: Canonical, grad: bool = False) -> tuple: ...
@@ -117,6 +118,34 @@ class Profile(Protocol):
 
     def listen(self) -> None: ...
     def counters(self) -> dict[str, float]: ...
+    def persistent_cache(self, folder: str) -> dict: ...
+
+
+@runtime_checkable
+class Inside(Protocol):
+    """Inside a module where a check parts: every value it computes with the line that computed it (and, with
+    `backward`, the gradient arriving at each): the checker pairs both sides' by value to name the port's line."""
+
+    def inside(
+        self,
+        model: Any,
+        batch: Mapping[str, np.ndarray],
+        loss_fn: Callable,
+        path: str,
+        dtype: str = "float64",
+        backward: bool = False,
+    ) -> dict: ...
+
+
+@runtime_checkable
+class Optimizer(Protocol):
+    """An optimizer part by part: `facts` says what each side's is (torch's settings, optax's chain of parts);
+    `stages` feeds gradients through the port's parts and torch's written in optax (JAX's; torch's twin has none)."""
+
+    def facts(self, model: Any, optimizer: Any) -> dict: ...
+    def stages(
+        self, optimizer: Any, params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray], torch: Mapping
+    ) -> dict: ...
 
 
 @runtime_checkable
@@ -129,3 +158,5 @@ class Backend(Protocol):
     bench: Bench
     claims: Claims
     profile: Profile
+    inside: Inside
+    optimizer: Optimizer

@@ -28,23 +28,31 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import functools
 import os
 import selectors
 import signal
 import subprocess
 import sys
-import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import IO
 
-__all__ = ["ORPHANED", "Child", "child_env", "spawn", "fork", "follow_parent", "answer_channel", "readable", "end"]
+from .in_child import ORPHANED, _prctl, answer_channel, follow_parent
 
-ORPHANED = 1  # exit status of a child whose parent was gone when it looked
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+__all__ = [
+    "ORPHANED",
+    "Child",
+    "python",
+    "child_env",
+    "spawn",
+    "fork",
+    "follow_parent",
+    "answer_channel",
+    "readable",
+    "end",
+]
+
 _STARTED: weakref.WeakSet[Child] = weakref.WeakSet()
 
 
@@ -155,13 +163,25 @@ class Child:
         return f"Child({self.name!r}, pid={self.pid}, {self.exit_text()})"
 
 
+def python(*args: str) -> list[str]:
+    """The argv of a Python child running `args` (e.g. "-m", module) with this interpreter, in safe-path mode.
+
+    `python -m x` puts the working folder first on the child's import path, so a `json.py` left there would
+    be imported by every worker and rank instead of the standard library's; `-P` (Python 3.11) leaves it off.
+    The child's path is this process's sys.path, given by child_env.
+    """
+    return [sys.executable, "-P", *args]
+
+
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment for a child, with its sys.path as PYTHONPATH (in order, as multiprocessing's
-    spawn does: a checkout or a mutated copy runs its own code), unbuffered output, and `extra` on top."""
+    spawn does: a checkout or a mutated copy runs its own code), unbuffered output, safe-path mode (the
+    working folder is never added to a Python child's path: PYTHONSAFEPATH, as `python -P`), and `extra` on top."""
     env = dict(os.environ)
     paths = [os.getcwd() if p == "" else p for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if p))
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONSAFEPATH"] = "1"
     env.update(extra or {})
     return env
 
@@ -214,48 +234,6 @@ def fork(body: Callable[[], int], name: str) -> Child:
         finally:
             os._exit(code)
     return Child(pid, name)
-
-
-def follow_parent(parent: int, sig: int = signal.SIGTERM) -> None:
-    """In a child: never outlive `parent` (the pid the parent gave), even one killed by SIGKILL.
-
-    Linux: PR_SET_PDEATHSIG(sig); then, since a parent that died before that call sends nothing, the child
-    exits at once (status ORPHANED) unless its parent is still `parent`. Elsewhere a daemon thread polls
-    the parent every half second.
-    """
-    prctl = _prctl()
-    armed = prctl is not None and prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
-    if os.getppid() != parent:
-        os._exit(ORPHANED)
-    if not armed:
-
-        def watch() -> None:
-            while os.getppid() == parent:
-                time.sleep(0.5)
-            os._exit(ORPHANED)
-
-        threading.Thread(target=watch, name="follow-parent", daemon=True).start()
-
-
-@functools.cache
-def _prctl() -> Callable[..., int] | None:
-    """libc's prctl on Linux, else None (looked up before a fork: a forked child of a threaded process
-    should not load libraries)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-def answer_channel() -> IO[str]:
-    """In a spawned child: a line-buffered text stream on its original stdout (the pipe its parent reads);
-    fd 1 then points at stderr, so that a library printing to stdout (gloo does) cannot corrupt an answer."""
-    answers = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
-    sys.stdout.flush()
-    os.dup2(2, 1)
-    return answers
 
 
 def readable(children: Iterable[Child], timeout: float) -> list[Child]:

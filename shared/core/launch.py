@@ -26,7 +26,6 @@ import atexit
 import json
 import os
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -135,7 +134,7 @@ class Ranks:
         assert self.dir is not None
         self.procs = []
         for rank in range(self.world):
-            argv = [sys.executable, "-m", self.module, "--rank", str(rank), "--world", str(self.world)]
+            argv = children.python("-m", self.module, "--rank", str(rank), "--world", str(self.world))
             argv += ["--port", str(port), "--parent", str(os.getpid())]
             with open(self.dir / f"rank{rank}.log", "ab") as log:
                 self.procs.append(children.spawn(argv, f"rank {rank}", env=self.env, pipes=True, stderr=log))

@@ -34,7 +34,13 @@ KINDS = {
     "embedding_scaled": "embedding_scale", "token_type_dropped": "token_type",
     "conv_padding": "conv_padding", "ignore_index_mean": "ignore_index",  # named since round 3 measured them
     "weight_decay_dropped": "P19", "clip_formula": "grad_clipping",
+    # bfloat16 only (round 6): the port computes in bfloat16 what the reference keeps in float32
+    "softmax_bf16": "precision", "rmsnorm_bf16": "precision", "log_softmax_bf16": "precision",
+    "rotary_bf16": "precision", "router_bf16": "precision",
+    # round 7: a norm's epsilon under the writer's own kind name; a user's rule with a wrong permutation
+    "eps_wrong": "P05", "rule_permutation_wrong": "P07",
 }  # fmt: skip
+BF16_KINDS = {k for k, v in KINDS.items() if v == "precision"}  # located by the bfloat16 pass's first parting
 
 
 def located(row: dict) -> bool | None:
@@ -42,6 +48,10 @@ def located(row: dict) -> bool | None:
     names a dotted path), at a step for an optimizer bug; None where WHERE is not a place (round 1's
     "module", a correct port's "none")."""
     where, first = row["where"], row.get("first_parting", "")
+    if row["kind"] in BF16_KINDS:  # the bfloat16 pass's first parting: "(torch <module>)", the loss as "(loss)"
+        line = row.get("bf16_parting", "")
+        module = line.split("(torch ", 1)[1].split("): ", 1)[0] if "(torch " in line else ""
+        return module == "(loss)" if where == "loss" else bool(module) and (module + ".").startswith(where + ".")
     if where == "optimizer":
         return " at steps " in first
     if where == "loss":
@@ -73,6 +83,15 @@ REASONS = {
     "k_proj Linear has no leaf 'bias' for torch's k_proj.bias; a torch parameter with no NNX twin is not compared",
     "10_gru2_gru_bias.py": "detected, unexplained: b_hn outside the reset gate in the second layer only, and the "
     "gru_bhn_outside replay changes the whole nn.GRU (both layers) at once, so no replay makes every difference vanish",
+    "16_llama_weight_decay_dropped.py": "missed: the port's own jax_step computes its loss in float32 (HF's upcast, "
+    "written as astype(jnp.float32)), and a user's own step is run as written, so its float32 casts are not widened "
+    "and its steps are judged at float32's bound (said in the report, with the way out: give jax_optimizer); "
+    "AdamW's 1e-5 shrink per step is below it. The same bug through jax_optimizer (03) is named P19",
+    "22_gemma_norm_offset_dropped.py": "detected, not located: the port applies √hidden after embed_tokens (a "
+    "boundary drawn elsewhere, a constant factor), and the bug sits in the first module fed by it, so that "
+    "boundary cannot be told from a difference; the report's first parting is embed_tokens, the second the norm",
+    "30_qwen2_attention_bias_on_output.py": "refused (exit 2), naming the bug's place: the port's o_proj holds a "
+    "bias no torch parameter reaches",
 }
 
 
@@ -80,8 +99,10 @@ def _named(hint: dict) -> str:
     return hint.get("pitfall") or hint.get("kind") or ""
 
 
-def measure(folder: Path, only: list[str]) -> list[dict]:
-    key = json.loads((folder / "KEY.json").read_text())
+def measure(folder: Path, only: list[str], bf16: bool = False) -> list[dict]:
+    key = {}
+    for path in sorted(folder.glob("KEY*.json")):  # one key per writer (round 6: KEY.json and KEY_B.json)
+        key.update(json.loads(path.read_text()))
     out = []
     for name in sorted(key):
         if only and not any(name.startswith(p) for p in only):
@@ -91,7 +112,8 @@ def measure(folder: Path, only: list[str]) -> list[dict]:
             report = Path(tmp) / "r.json"
             start = time.time()
             proc = subprocess.run([sys.executable, "-m", "detach_parity.shared.apps.cli", "check", str(folder / name),
-                                   "--json", str(report)], capture_output=True, text=True, timeout=900)  # fmt: skip
+                                   "--json", str(report), *(["--bf16", "--steps", "3"] if bf16 else [])],
+                                  capture_output=True, text=True, timeout=900)  # fmt: skip
             payload = json.loads(report.read_text()) if report.exists() else {}
         hints = [h for h in payload.get("hints", []) if _named(h) and _named(h) != "unexplained"]
         names = sorted({_named(h) for h in hints})
@@ -104,11 +126,48 @@ def measure(folder: Path, only: list[str]) -> list[dict]:
         back = [line for line in proc.stdout.splitlines() if line.startswith("float64: backward parting")]
         row["backward_parting"] = back[0][:200] if back else ""
         row["interval"] = payload.get("interval") or {}
+        bf = [line for line in proc.stdout.splitlines() if line.startswith("bfloat16: first parting")]
+        row["bf16_parting"] = bf[0][:240] if bf else ""
         row["located"] = located(row)
+        line = payload.get("line") or {}
+        row["line"] = [Path(line["port"][0]).name, line["port"][1]] if line.get("port") and line["port"][1] else None
+        row["relation"] = line.get("relation")
+        row["line_right"], row["relation_right"] = line_right(row, truth), relation_right(row, truth)
         print(f"{name:40} {row['kind']:22} exit {row['exit']} {row['outcome']:12} {','.join(names)} {row['error'][:120]}",
               flush=True)  # fmt: skip
         out.append(row)
     return out
+
+
+def line_right(row: dict, truth: dict) -> bool | None:
+    """Whether the reported port line is the bug's (KEY "lines": [first, last] of the case file); None where the
+    KEY gives no lines or the port is correct."""
+    lines = truth.get("lines")
+    if row["kind"] == "correct" or not lines:
+        return None
+    return bool(row["line"]) and row["line"][0] == row["case"] and lines[0] <= row["line"][1] <= lines[-1]
+
+
+def relation_right(row: dict, truth: dict) -> bool | None:
+    """Whether the relation said is the KEY's (round 8: "factor C", "offset C", "flip / shift / permutation axis K",
+    "mask"; the axis is not compared: the report numbers torch's axes); None where the KEY says none."""
+    want = (truth.get("relation") or "none").strip().lower()
+    if row["kind"] == "correct" or want in ("none", ""):
+        return None
+    said = (row.get("relation") or "").lower()
+    kind, _, value = want.partition(" ")
+    if kind == "factor":
+        c = float(value.split()[0])
+        if abs(c + 1) < 1e-9 and "its sign" in said:
+            return True
+        if "a factor " not in said:
+            return False
+        got = float(said.split("a factor ", 1)[1].split()[0])
+        return abs(got - c) <= 1e-3 * max(abs(c), 1e-12)
+    words = {"offset": "an offset", "flip": "flipped along", "shift": "shifted by one", "permutation": "permuted along"}
+    if kind in words:
+        return words[kind] in said
+    return kind == "mask" and any(w in said for w in ("masked", "unmasked", "zeroed"))
 
 
 def outcome(row: dict) -> str:
@@ -136,6 +195,10 @@ def summary(rows: list[dict]) -> dict:
         "catalogue_kinds": len(known), "named": count(known, "named"),
         "misleading": count(buggy, "misleading"), "missed": count(buggy, "missed"),
         "placed": sum(r.get("located") is not None for r in buggy), "located": sum(r.get("located") is True for r in buggy),
+        "lines_keyed": sum(r.get("line_right") is not None for r in buggy),
+        "lines_right": sum(r.get("line_right") is True for r in buggy),
+        "relations_keyed": sum(r.get("relation_right") is not None for r in buggy),
+        "relations_right": sum(r.get("relation_right") is True for r in buggy),
     }  # fmt: skip
 
 
@@ -152,8 +215,12 @@ def markdown(rows: list[dict], result: dict, source: str, folder: str = "round1"
         "[round 1](blind.md), [round 2](blind-round2.md), [round 3](blind-round3.md) (written blind by two writers "
         "while the transformer replays and the backward localisation were built), [round 4](blind-round4.md) (16 "
         "ports written after round 3's misses were fixed, new architectures and the new records' kinds), [round 5]"
-        "(blind-round5.md) (the latest: 16 ports where one module runs twice, BatchNorm statistics move, tied "
-        "weights, Qwen2, GPT-NeoX, a 2-layer GRU, gradient clipping).",
+        "(blind-round5.md) (16 ports where one module runs twice, BatchNorm statistics move, tied weights, Qwen2, "
+        "GPT-NeoX, a 2-layer GRU, gradient clipping), [round 6](blind-round6.md) (27 ports of HF's island families, "
+        "Mistral, Gemma, Llama, Qwen2, Mixtral, checked with --bf16: bugs the float32 islands hid, bfloat16-only "
+        "bugs, and kinds the catalogue has no record for), [round 7](blind-round7.md) (the latest: 14 ports in the "
+        "shapes the adversarial pass found refused or misjudged: a LoRA subclass, weight norm, torch.compile, left "
+        "padding, a Mixtral router, hand-written norms under HF's names, a user's own rule).",
         "",
         f"- correct ports: {sm['matched']} of {sm['correct']} match; {sm['false_alarms']} false alarm(s); "
         f"{sum(r['outcome'] == 'refused' for r in rows if r['kind'] == 'correct')} refused",
@@ -163,6 +230,15 @@ def markdown(rows: list[dict], result: dict, source: str, folder: str = "round1"
         f"{sm['misleading']} hint(s) naming something else (a kind without a catalogue id counts any name as misleading)",
         f"- located: {sm['located']} of the {sm['placed']} buggy ports whose WHERE names a place (a torch submodule, "
         "the loss or the optimizer): the float64 first parting, forward or backward, lies there",
+        *(
+            [
+                f"- line: {sm['lines_right']} of the {sm['lines_keyed']} buggy ports whose KEY gives the bug's lines: the "
+                "port line the report names is one of them; relation: "
+                f"{sm['relations_right']} of the {sm['relations_keyed']} whose KEY says a simple one"
+            ]
+            if sm.get("lines_keyed")
+            else []
+        ),
         "",
         "Per kind (named: a hint names the kind's catalogue id; `—`: the catalogue has no id for it, and the right "
         "answer is a detected, unexplained difference):",
@@ -180,13 +256,22 @@ def markdown(rows: list[dict], result: dict, source: str, folder: str = "round1"
         lines.append(
             f"| {kind} | {len(rs)} | {named if kind != 'correct' else '—'} | {located} | {misleading} | {alarms} |"
         )
-    lines += ["", "| case | kind | exit | outcome | named | first parting (float64) |", "|---|---|---|---|---|---|"]
+    lined = sm.get("lines_keyed")
+    head = "| case | kind | exit | outcome | named | first parting (float64) |" + (
+        " line | relation |" if lined else ""
+    )
+    lines += ["", head, "|---|---|---|---|---|---|" + ("---|---|" if lined else "")]
     for r in rows:
         first = r.get("first_parting", "").removeprefix("float64: first parting at ").split(":")[0]
         back = r.get("backward_parting", "").removeprefix("float64: backward parting at ").split(":")[0]
         first += f"; backward at {back}" if back else ""
+        said = ""
+        if lined:
+            at = f"{r['line'][1]}" if r.get("line") else "—"
+            mark = {True: " ✓", False: " ✗"}.get(r.get("line_right"), "")
+            said = f" {at}{mark} | {r.get('relation') or '—'}{ {True: ' ✓', False: ' ✗'}.get(r.get('relation_right'), '') } |"
         lines.append(
-            f"| {r['case']} | {r['kind']} | {r['exit']} | {r['outcome']} | {', '.join(r['named'])} | {first} |"
+            f"| {r['case']} | {r['kind']} | {r['exit']} | {r['outcome']} | {', '.join(r['named'])} | {first} |{said}"
         )
     notes = [f"- `{case}`: {why}" for case, why in REASONS.items() if any(r["case"] == case for r in rows)]
     if notes:
@@ -203,6 +288,7 @@ def main() -> int:
     parser.add_argument("folder", nargs="?", default=str(HERE / "round1"))
     parser.add_argument("--json")
     parser.add_argument("--only", nargs="*", default=[])
+    parser.add_argument("--bf16", action="store_true", help="check with --bf16 --steps 3 (round 6 and later)")
     parser.add_argument("--markdown", metavar="PATH", help="also write the run as a page (docs/blind.md)")
     parser.add_argument("--rescore", metavar="JSON", help="score a stored run again (KINDS changed), running nothing")
     args = parser.parse_args()
@@ -211,7 +297,7 @@ def main() -> int:
         for row in rows:
             row["outcome"], row["located"] = outcome(row), located(row)
     else:
-        rows = measure(Path(args.folder), args.only)
+        rows = measure(Path(args.folder), args.only, args.bf16)
     result = {"summary": summary(rows), "cases": rows}
     print(json.dumps(result["summary"], indent=1))
     if args.json:

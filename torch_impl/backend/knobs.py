@@ -5,7 +5,8 @@ What it does: each knob changes the checker's own copy of the torch model (or a 
 run, so that if torch with the knob matches JAX, the knob names the bug (the GELU approximation either
 way: F.gelu and every GELU module by what it computes, HF's gelu_new included; norm epsilons, BatchNorm
 conventions, mask polarity, the LSTM carry order, Adam's decay, first order, the flatten order of
-channels-first features, a square Linear's weight used untransposed, std / var's correction).
+channels-first features, a square Linear's weight used untransposed, a rule's leaf read in another arrangement
+of its axes, std / var's correction).
 Gradient flow: the running statistics a knob recomputes are buffers, updated under no_grad.
 Port note: every attribute and function patched is restored when the run ends (F.gelu,
 nn.MultiheadAttention.forward, nn.LSTM.forward, nn.Linear.forward, torch.autograd.grad, Tensor.flatten /
@@ -26,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .._layout import EPS_NAMES, norm_like
-from . import layer_knobs, recurrent_knobs, transformer_knobs
+from . import layer_knobs, layout_knobs, recurrent_knobs, transformer_knobs
 from .layout import activation_of
 
 __all__ = ["knobs", "knob"]
@@ -55,6 +56,7 @@ _KNOBS = (
     *transformer_knobs.KNOBS,  # attention, rotary, gated MLP, embeddings: transformer_knobs.py
     *recurrent_knobs.KNOBS,  # GRU's b_hn, LSTM gate order and state order: recurrent_knobs.py
     *layer_knobs.KNOBS,  # a convolution's "SAME" padding, cross-entropy's mean over ignored positions
+    *layout_knobs.KNOBS,  # a rule's leaf read in another arrangement of its axes: layout_knobs.py
 )
 
 
@@ -65,8 +67,8 @@ def knobs() -> frozenset[str]:
 
 @contextlib.contextmanager
 def knob(model: nn.Module, name: str | None) -> Iterator[None]:
-    """Applies the knob `name` ("a+b": both; "a@path": a module knob on the submodule at that dotted path only) to
-    `model` and torch for the body of the with; restores all.
+    """Applies the knob `name` ("a+b": both; "a@path": a module knob on the submodule at that dotted path only;
+    "leaf_permuted@paths:leaf=axes": layout_knobs.py's) to `model` and torch for the body of the with; restores all.
 
     Raises ValueError naming the knob when it is not one of `knobs()`, or the path when it is no submodule.
     """
@@ -74,6 +76,7 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
     names = tuple(name.split("+")) if name else ()  # "a+b": both at once
     if any(n not in _KNOBS for n in names):
         raise ValueError(f"knob expected one of {sorted(_KNOBS)} (or several joined by '+') or None, got {name!r}")
+    where, only = (only, "") if set(names) & set(layout_knobs.KNOBS) else ("", only)  # paths and a leaf, its own
     try:
         scope = model.get_submodule(only) if only else model  # one module's norms or BatchNorms, the rest as they are
     except AttributeError:
@@ -131,7 +134,8 @@ def knob(model: nn.Module, name: str | None) -> Iterator[None]:
         setattr(owner, attr, make(original))
     try:
         with transformer_knobs.knob(model, names), recurrent_knobs.knob(model, names), layer_knobs.knob(model, names):
-            yield
+            with layout_knobs.knob(model, names, where):
+                yield
     finally:
         for (owner, attr, _), (original, own) in zip(patches, originals, strict=True):
             if own:

@@ -21,6 +21,7 @@ import numpy as np
 from torch import nn
 
 from .._layout import RULES, Leaf, named_leaves, owned, rule_for
+from .._weight_norm import trained_names
 
 __all__ = ["RULES", "rule_for", "named_leaves", "owned", "register", "activation_of"]
 
@@ -52,7 +53,8 @@ def register(module_type: type, leaves: Mapping[str, tuple[str, tuple[int, ...] 
             to_canon = (lambda a, p=perm: np.transpose(a, p)) if perm else (lambda a: a)
             to_torch = (lambda a, p=perm: np.transpose(a, np.argsort(p))) if perm else (lambda a: a)
             out.append(Leaf(name, attr, to_canon, to_torch, buffer=attr in buffers))
-        left = sorted(n for n in params if n not in leaves)
+        trained = trained_names(m)  # a weight-normed leaf trains as its g and v
+        left = sorted(n for n in params if n not in leaves and trained.get(n) not in leaves)
         if left:
             raise ValueError(f"{owner}: parameters {left} are in no leaf of its rule (given {sorted(leaves)})")
         return tuple(out)

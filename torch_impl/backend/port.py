@@ -3,7 +3,8 @@
 What it does: the torch side of `detach-parity check` (shared/apps/check). The module's
 parameters and buffers are read and written in canonical layout through the one rule table
 (torch_impl/_layout.py), grouped in units: a ruled module (nn.Linear, nn.MultiheadAttention,
-nn.GRU ...) or the bare nn.Parameters of a module. torch_impl/backend/port_run.py runs the module.
+nn.GRU ...) or the bare nn.Parameters of a module. torch_impl/backend/port_run.py runs the module;
+port_input.py refuses what cannot be compared and reads through torch.compile (`check_model`, `view`).
 Gradient flow: none here; copying weights in is not part of any graph (torch.no_grad), and
 every array handed out is cut from the graph.
 Port note: every unit is keyed by the torch module path with "/" (`blocks/0/attn`), the
@@ -14,7 +15,6 @@ Reference: PyTorch docs, nn.Module.named_modules, state_dict and buffers.
 
 from __future__ import annotations
 
-import copy
 import importlib
 from collections.abc import Mapping
 
@@ -22,11 +22,25 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._common import numpy
 from .._layout import EPS_NAMES, Leaf, load_params, norm_like, params_of
 from . import transformer_knobs
 from .layout import activation_of, named_leaves, owned, register, rule_for
+from .port_input import check_model, clone, view
+from .precision import STORAGE, rebuild_buffers
 
-__all__ = ["worked_port", "check_model", "copy_model", "structure", "to_native", "read", "native", "load", "register"]
+__all__ = [
+    "worked_port",
+    "check_model",
+    "view",
+    "copy_model",
+    "structure",
+    "to_native",
+    "read",
+    "native",
+    "load",
+    "register",
+]
 
 
 def worked_port(name: str):
@@ -51,54 +65,20 @@ def _key(path: str) -> str:
     return path.replace(".", "/")
 
 
-def check_model(model) -> None:
-    """Raise ValueError unless `model` is an nn.Module whose forward is deterministic (no live dropout) and
-    whose leaves the checker can copy: real values (not complex, not on the meta device), no parametrization
-    (weight norm, spectral norm) between a trained leaf and the weight the port holds."""
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"torch_model: expected a torch.nn.Module, got {type(model).__name__}")
-    for name, value in (*model.named_parameters(), *model.named_buffers()):
-        if value.is_meta:  # no values to copy or compare: torch would raise deep inside a copy
-            raise ValueError(
-                f"torch_model: {name} is on the meta device (no values): materialise it first "
-                "(model.to_empty(device='cpu'), then initialise or load the weights)"
-            )
-        if value.is_complex():  # casting to float64 would drop the imaginary part silently
-            raise ValueError(
-                f"torch_model: {name} is {str(value.dtype).removeprefix('torch.')}: the checker "
-                "compares real parameters (float64 / float32)"
-            )
-    for path, sub in model.named_modules():
-        hooks = {type(h).__name__ for h in sub._forward_pre_hooks.values()} & {"WeightNorm", "SpectralNorm"}
-        if hooks:  # the older hook form (torch.nn.utils.weight_norm): weight_g / weight_v train, weight is recomputed
-            raise ValueError(
-                f"torch_model: {type(sub).__name__} at {path or '(model)'} has {sorted(hooks)[0]} "
-                "(torch.nn.utils.weight_norm / spectral_norm): its trained leaves are not the weight the port "
-                "holds. Check a copy with it removed: torch.nn.utils.remove_weight_norm(module)"
-            )
-        if parametrized := sorted(getattr(sub, "parametrizations", {}) or {}):
-            kinds = sorted({type(q).__name__ for name in parametrized for q in sub.parametrizations[name]})
-            raise ValueError(
-                f"torch_model: {type(sub).__name__} at {path or '(model)'} has parametrized {parametrized} "
-                f"({', '.join(kinds)}: weight norm, spectral norm, ...): its trained leaves are not the weight the "
-                "port holds. Check a copy with the weight folded in: torch.nn.utils.parametrize."
-                "remove_parametrizations(module, name, leave_parametrized=True)"
-            )
-        p = getattr(sub, "p", 0.0) if isinstance(sub, nn.modules.dropout._DropoutNd) else 0.0
-        if isinstance(sub, nn.MultiheadAttention) or (isinstance(sub, nn.RNNBase) and sub.num_layers > 1):
-            p = sub.dropout
-        if p and sub.training:
-            raise ValueError(
-                f"torch_model: {type(sub).__name__} at {path or '(model)'} has dropout p={p} in train mode: "
-                "compare in eval mode (model.eval()) or pass the same masks to both models"
-            )
-
-
 def copy_model(model: nn.Module, dtype: str) -> nn.Module:
-    """A deep copy of `model` in `dtype`, with no .grad (the caller's module untouched)."""
-    twin = copy.deepcopy(model).to(getattr(torch, dtype))
+    """A deep copy of `model` in `dtype` (its parameters in STORAGE[dtype]), with no .grad (the caller's module
+    untouched). In float64, the values the model derived in float32 before the pass (HF's rotary inv_freq) are
+    built again in float64 where their module can be (precision.rebuild_buffers).
+
+    Raises ValueError for a dtype not in STORAGE.
+    """
+    if dtype not in STORAGE:
+        raise ValueError(f"copy_model: dtype expected one of {list(STORAGE)}, got {dtype!r}")
+    twin = clone(model).to(STORAGE[dtype])
     for param in twin.parameters():
         param.grad = None
+    if dtype == "float64":
+        rebuild_buffers(model, twin)
     return twin
 
 
@@ -214,7 +194,7 @@ def to_native(model: nn.Module, canonical: Mapping[str, Mapping[str, np.ndarray]
     layout holds every canonical leaf (packed in_proj rows reassembled). `grad` changes nothing here.
     Raises ValueError as load.
     """
-    twin = copy.deepcopy(model)
+    twin = clone(model)
     load(twin, canonical)
     arrays = native(twin)
     sources: dict[str, list[str]] = {}
@@ -233,7 +213,7 @@ def read(model: nn.Module, units: list[str] | None = None) -> dict[str, dict[str
         if units is not None and path not in units:
             continue
         if unit["bare"]:
-            out[path] = {leaf: _bare(model, unit, leaf).detach().cpu().numpy().copy() for leaf in unit["leaves"]}
+            out[path] = {leaf: numpy(_bare(model, unit, leaf)).copy() for leaf in unit["leaves"]}
         else:
             out[path] = {leaf: flat[f"{path}/{leaf}" if path else leaf] for leaf in unit["leaves"]}
     return out
@@ -241,11 +221,11 @@ def read(model: nn.Module, units: list[str] | None = None) -> dict[str, dict[str
 
 def native(model: nn.Module) -> dict[str, np.ndarray]:
     """Every parameter and persistent buffer by its torch name (`blocks.0.attn.in_proj_weight`), numpy copies."""
-    out = {n: p.detach().cpu().numpy().copy() for n, p in model.named_parameters()}
+    out = {n: numpy(p).copy() for n, p in model.named_parameters()}
     for name, buf in model.named_buffers():
         owner, _, attr = name.rpartition(".")
         if attr not in model.get_submodule(owner)._non_persistent_buffers_set and buf.is_floating_point():
-            out[name] = buf.numpy(force=True).copy()  # a buffer is state, not in any graph
+            out[name] = numpy(buf).copy()  # a buffer is state, not in any graph
     return out
 
 

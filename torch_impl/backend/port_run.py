@@ -17,24 +17,23 @@ Reference: PyTorch docs, nn.Module.register_forward_hook, torch.optim.Adam(decou
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
 from torch import nn
 
-from .._common import numerics
+from .._common import numpy
 from .knobs import knob as apply_knob
 from .knobs import knobs
 from .layout import named_leaves
 from .port import _bare, _key, _units, read
+from .precision import batch as _batch
+from .precision import narrow_buffers, settings, widening
 from .record import _tensors, recording
 
 __all__ = ["knobs", "repeat_loss", "run_loss", "cotangents", "steps", "train"]
-
-
-def _batch(batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
-    return {k: torch.from_numpy(np.array(v, copy=True)) for k, v in batch.items()}
 
 
 def _scalar(loss, name: str) -> torch.Tensor:
@@ -69,14 +68,12 @@ def _grads(model: nn.Module) -> tuple[dict, dict]:
     for _, path, sub, leaf in named_leaves(model):
         g = sub.get_parameter(leaf.attr).grad
         piece = None if g is None else (g[leaf.rows[0] : leaf.rows[1]] if leaf.rows else g)
-        grads.setdefault(_key(path), {})[leaf.name] = (
-            None if piece is None else leaf.to_canon(piece.cpu().numpy()).copy()
-        )
+        grads.setdefault(_key(path), {})[leaf.name] = None if piece is None else leaf.to_canon(numpy(piece)).copy()
     for path, unit in _units(model, buffers=False).items():
         if unit["bare"]:
             for leaf in unit["leaves"]:
                 g = _bare(model, unit, leaf).grad
-                grads.setdefault(path, {})[leaf] = None if g is None else g.cpu().numpy().copy()
+                grads.setdefault(path, {})[leaf] = None if g is None else numpy(g).copy()
     return grads, trainable
 
 
@@ -89,8 +86,8 @@ def repeat_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype
     Raises:
       ValueError: the loss raised or is not a scalar.
     """
-    with numerics(dtype), torch.random.fork_rng():  # with autograd: a loss may differentiate inside (MAML)
-        b = _batch(batch)
+    with settings(dtype), torch.random.fork_rng():  # with autograd: a loss may differentiate inside (MAML)
+        b = _batch(batch, dtype)
         first, second = (
             float(_scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss").detach()) for _ in range(2)
         )
@@ -113,8 +110,10 @@ def run_loss(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: s
     Raises:
       ValueError: the loss raised or is not a scalar.
     """
-    with numerics(dtype), apply_knob(model, knob):
-        return _run(model, _batch(batch), loss_fn)
+    # the caller's random stream is left as it was (the memory estimate's run on 2 rows comes before the
+    # check's refusal of a random forward)
+    with settings(dtype), apply_knob(model, knob), torch.random.fork_rng(devices=[]):
+        return _run(model, _batch(batch, dtype), loss_fn, dtype)
 
 
 def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype: str) -> dict:
@@ -138,14 +137,15 @@ def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype:
             grads.setdefault(name, []).append(slot)
             for i, t in enumerate(tensors):
                 if t.requires_grad:
-                    t.register_hook(lambda g, slot=slot, i=i: slot.__setitem__(i, g.detach().cpu().numpy().copy()))
+                    t.register_hook(lambda g, slot=slot, i=i: slot.__setitem__(i, numpy(g).copy()))
 
         return hook
 
-    with numerics(dtype):
+    with settings(dtype):
         handles = [sub.register_forward_hook(post(_key(p))) for p, sub in model.named_modules()]
         try:
-            loss = _scalar(_call(loss_fn, model, _batch(batch), "torch_loss"), "torch_loss")
+            with _widened(model):  # the forward the pass compared: its float32 islands in float64
+                loss = _scalar(_call(loss_fn, model, _batch(batch, dtype), "torch_loss"), "torch_loss")
         finally:
             for h in handles:
                 h.remove()
@@ -154,21 +154,34 @@ def cotangents(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, dtype:
     return grads
 
 
-def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable | None = None) -> dict:
+def _wide(model: nn.Module) -> bool:
+    return any(p.dtype == torch.float64 for p in model.parameters())
+
+
+def _widened(model: nn.Module):
+    """A float64 model's forward and backward with the float32 islands widened (precision.widening), unrecorded."""
+    return widening([], [], {}) if _wide(model) else contextlib.nullcontext()
+
+
+def _run(model: nn.Module, b: dict, loss_fn: Callable, dtype: str, after_backward: Callable | None = None) -> dict:
     outputs: dict[str, list] = {}
     layouts: dict[str, list] = {}
-    wide = any(p.dtype == torch.float64 for p in model.parameters())
-    islands: dict | None = {} if wide else None  # only a float64 forward can hide a narrower island
+    islands: dict | None = {} if _wide(model) else None  # only a float64 forward can hide a narrower island
+    precision: dict | None = {} if dtype.endswith("bfloat16") else None  # where a bfloat16 run computes float32
     feeds: dict[str, list] = {}
-    with recording(model, outputs, islands, layouts, feeds) as finished:
+    with recording(model, outputs, islands, layouts, feeds, precision) as finished:
         loss = _scalar(_call(loss_fn, model, b, "torch_loss"), "torch_loss")
+    for name, (path, why) in narrow_buffers(model).items():  # values built in float32 before the pass
+        entry = {"dtype": "float32", "at": 0, "ops": [name], "widened": False, "why": why}
+        key = path.replace(".", "/")
+        islands[key] = {**islands[key], **entry, "ops": islands[key]["ops"] + [name]} if key in islands else entry
     if loss.requires_grad:  # a loss computed from stopped values only has no graph: every .grad stays None
         loss.backward()
     grads, trainable = _grads(model)
     if after_backward:
         after_backward()
     return {
-        "loss": loss.detach().numpy().copy(),
+        "loss": numpy(loss).copy(),
         "outputs": outputs,
         "layouts": layouts,
         "grads": grads,
@@ -176,6 +189,7 @@ def _run(model: nn.Module, b: dict, loss_fn: Callable, after_backward: Callable 
         "islands": dict(islands or {}),
         "finished": list(dict.fromkeys(finished)),
         "feeds": feeds,
+        "precision": dict(precision or {}),
     }
 
 
@@ -198,15 +212,17 @@ def steps(
     """
     name = "torch_step" if step is not None else "torch_loss"
     runs: list[dict] = []
-    with numerics(dtype), apply_knob(model, knob):
-        b = _batch(batch)
+    with settings(dtype), apply_knob(model, knob):
+        b = _batch(batch, dtype)
         if step is None:
-            step = _optimizer_step(model, loss_fn, optimizer, knob, runs)
+            step = _optimizer_step(model, loss_fn, optimizer, knob, runs, dtype)
     for _ in range(k):
         # the settings and the knob hold for the step only: between steps the caller runs JAX
-        with numerics(dtype), apply_knob(model, knob):
+        # the user's own step, widened whole; the checker's optimizer step widens its forwards itself
+        user = _widened(model) if name == "torch_step" else contextlib.nullcontext()
+        with settings(dtype), apply_knob(model, knob), user:
             loss = _scalar(_call(step, model, b, name), name)
-            out = {"loss": loss.detach().numpy().copy(), "values": read(model)}
+            out = {"loss": numpy(loss).copy(), "values": read(model)}
         if runs:
             out["run"] = runs.pop()
         yield out
@@ -222,7 +238,7 @@ def _update(opt: torch.optim.Optimizer) -> None:
         raise _UpdateError from exc
 
 
-def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, knob, runs: list) -> Callable:
+def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, knob, runs: list, dtype: str) -> Callable:
     # GRAD-FLOW: frozen leaves stay out of the optimizer: no moment, no weight decay
     try:
         opt = optimizer(model.parameters())  # torch.optim skips a parameter whose .grad is None
@@ -247,9 +263,10 @@ def _optimizer_step(model: nn.Module, loss_fn: Callable, optimizer: Callable, kn
         opt.zero_grad(set_to_none=True)
         calls.append(1)
         if len(calls) == 1:  # the first step, recorded: outputs and .grad before the update
-            runs.append(_run(m, batch, loss_fn, after_backward=lambda: _update(opt)))
+            runs.append(_run(m, batch, loss_fn, dtype, after_backward=lambda: _update(opt)))
             return torch.from_numpy(runs[-1]["loss"])
-        loss = _scalar(loss_fn(m, batch), "torch_loss")
+        with _widened(m):  # as the recorded first step: the float32 islands computed in float64
+            loss = _scalar(loss_fn(m, batch), "torch_loss")
         # GRAD-FLOW: only the trainable leaves are differentiated: a frozen one gets no gradient
         if loss.requires_grad:  # every parameter frozen: no graph, nothing to differentiate (as in _run)
             loss.backward()

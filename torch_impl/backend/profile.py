@@ -7,7 +7,7 @@ trace or compile to split out (torch.compile appears in `detach-parity bench` on
 
 from __future__ import annotations
 
-__all__ = ["listen", "counters"]
+__all__ = ["listen", "counters", "persistent_cache"]
 
 
 def listen() -> None:
@@ -17,3 +17,9 @@ def listen() -> None:
 def counters() -> dict[str, float]:
     """No counters: an eager torch run traces and compiles nothing (the stage's seconds are its execution)."""
     return {}
+
+
+def persistent_cache(folder: str) -> dict:
+    """The twin of JAX's persistent compilation cache: a check runs torch eagerly, so there is nothing to keep
+    (torch.compile'd models are read through `_orig_mod`). Returns {"folder": None, "ours": False}."""
+    return {"folder": None, "ours": False}

@@ -2,13 +2,13 @@
 float64 forward computes narrower; the mirror of jax_impl/backend/record.py.
 
 What it does: forward pre- and post-hooks on every submodule copy each output as it comes (outputs.py
-names its axes); with a float64 model, a TorchDispatchMode notes each op whose result is float32 or
-narrower, charged to the innermost module running (HF's Llama RMSNorm, rotary cos / sin, labels= loss):
-the checker's float32 islands.
+names its axes); with a float64 model, the forward runs under precision.widening: each op that would compute
+in float32 or narrower (HF's Llama RMSNorm, rotary cos / sin, labels= loss) computes in float64 and is
+noted, charged to the innermost module running: the reference's float32 islands, widened.
 Gradient flow: none here; the outputs are detached copies.
 Port note: the hooks are removed when the with ends; the user's own hooks stay and run in their order.
 Shapes: as the model's outputs.
-Reference: PyTorch docs, nn.Module.register_forward_hook, torch.utils._python_dispatch.TorchDispatchMode.
+Reference: PyTorch docs, nn.Module.register_forward_hook.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
+from .._common import numpy
 from .outputs import output_axes
 from .port import _key
+from .precision import recording_precision, widening
 
 __all__ = ["recording"]
 
@@ -37,36 +37,15 @@ def _tensors(out) -> list[torch.Tensor]:
     return []
 
 
-_NARROW = (torch.float32, torch.float16, torch.bfloat16, torch.complex64)  # below float64's precision
-
-
-class _Islands(TorchDispatchMode):
-    """Records where a float64 forward computes in a narrower dtype: HF's Llama RMSNorm, rotary cos / sin
-    and labels= loss run in float32 inside a float64 model. An op's narrow result is charged to the
-    innermost module running (the stack the forward pre-hooks keep), or to the loss outside them."""
-
-    def __init__(self, stack: list[str], finished: list[str], islands: dict) -> None:
-        super().__init__()
-        self.stack, self.finished, self.islands = stack, finished, islands
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.dtype in _NARROW:
-                where = self.stack[-1] if self.stack else "(loss)"
-                # where: (dtype, how many modules had finished before it: those are upstream of it)
-                self.islands.setdefault(where, (str(t.dtype).removeprefix("torch."), len(self.finished)))
-        return out
-
-
 @contextlib.contextmanager
 def recording(
-    model: nn.Module, outputs: dict[str, list], islands: dict | None = None, layouts=None, feeds=None
+    model: nn.Module, outputs: dict[str, list], islands: dict | None = None, layouts=None, feeds=None, precision=None
 ) -> Iterator[list[str]]:
     """Every submodule's outputs per call (and in `layouts` their named axes, outputs.py); with `islands`
-    (a float64 run), where it computes narrower; in `feeds`, {module path: [the modules whose outputs it
-    took as inputs, args or keywords]} (Llama's attention takes model.rotary_emb's cos / sin). Yields the
-    module paths in the order their calls finished."""
+    (a float64 run), every narrower computation widened to float64 and noted there (precision.widening); in
+    `feeds`, {module path: [the modules whose outputs it took as inputs, args or keywords]} (Llama's
+    attention takes model.rotary_emb's cos / sin); with `precision` (a bfloat16 run), what each module computes
+    in (precision.recording_precision). Yields the module paths in the order their calls finished."""
     stack: list[str] = []
     finished: list[str] = []
     known: dict = {}  # id(tensor) -> (tensor, its named axes): what a module without a rule passes on
@@ -88,7 +67,7 @@ def recording(
             for t in tensors:  # an id freed and reused is a new tensor
                 made[id(t)] = made[id(t)] if id(t) in made and made[id(t)][0] is t else (t, [])
                 made[id(t)][1].append(name)
-            outputs.setdefault(name, []).append([t.detach().cpu().numpy().copy() for t in tensors])
+            outputs.setdefault(name, []).append([numpy(t).copy() for t in tensors])
             if layouts is not None:
                 layouts.setdefault(name, []).append(output_axes(module, args, tensors, known))
             if stack and stack[-1] == name:
@@ -97,9 +76,13 @@ def recording(
 
         return hook
 
-    handles = [h for p, sub in model.named_modules() for h in (
+    # a parametrization's modules (weight norm's) make a weight inside their module's forward: not outputs of the model
+    modules = [(p, sub) for p, sub in model.named_modules() if "parametrizations" not in p.split(".")]
+    handles = [h for p, sub in modules for h in (
         sub.register_forward_pre_hook(pre(_key(p)), with_kwargs=True), sub.register_forward_hook(post(_key(p))))]  # fmt: skip
-    mode = _Islands(stack, finished, islands) if islands is not None else contextlib.nullcontext()
+    mode = widening(stack, finished, islands) if islands is not None else contextlib.nullcontext()
+    if precision is not None:
+        mode = recording_precision(stack, precision)
     try:
         with mode:
             yield finished

@@ -206,8 +206,8 @@ def _theta(model: nn.Module, name: str) -> Iterator[None]:
         own = float(inv[1].double()) ** (-dim / 2)  # inv_freq[k] = θ^(-2k/dim)
         if math.isclose(own, theta, rel_tol=1e-3):
             continue
-        # HF's default rule, in float32 as HF computes it, with θ changed
-        new = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+        # HF's default rule with θ changed, in the table's dtype (HF's float32; the float64 pass widens it)
+        new = 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.int64).to(inv.dtype) / dim))
         changed.append((m, inv))
         m.inv_freq = new.to(dtype=inv.dtype, device=inv.device)
     if not changed:

@@ -78,7 +78,10 @@ class BertSelfAttention(nnx.Module):
         q, k, v = (f(x).reshape(b, t, self.heads, -1).transpose(0, 2, 1, 3) for f in (self.query, self.key, self.value))
         logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(dim // self.heads).astype(x.dtype)  # [B, H, T, T]
         logits = jnp.where(keep[:, None, None, :], logits, jnp.finfo(logits.dtype).min)
-        return (jax.nn.softmax(logits, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(b, t, dim)
+        weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(
+            v.dtype
+        )  # the softmax in float32, as torch's kernel keeps it, cast back
+        return (weights @ v).transpose(0, 2, 1, 3).reshape(b, t, dim)
 
 
 class _Attention(nnx.Module):
@@ -183,7 +186,7 @@ def loss(model: BertForMaskedLM, batch: dict[str, jax.Array]) -> jax.Array:
     """Mean cross-entropy of the logits at the labelled positions (labels -100 ignored), a scalar."""
     logits = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
     labels = batch["labels"]
-    each = optax.softmax_cross_entropy_with_integer_labels(logits, jnp.maximum(labels, 0))
+    each = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), jnp.maximum(labels, 0))
     return jnp.sum(jnp.where(labels != -100, each, 0)) / jnp.sum(labels != -100)
 
 

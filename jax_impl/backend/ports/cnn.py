@@ -106,7 +106,8 @@ def load_torch(model: Net, state: dict[str, np.ndarray], variant: str = "correct
 
 def loss(model: Net, batch: dict[str, jax.Array]) -> jax.Array:
     """Mean cross-entropy of the logits against the integer labels, a scalar."""
-    return optax.softmax_cross_entropy_with_integer_labels(model(batch["image"]), batch["label"]).mean()
+    logits = model(batch["image"]).astype(jnp.float32)  # as torch's kernel: its log-softmax in float32
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
 
 
 def optimizer(variant: str = "correct") -> optax.GradientTransformation:

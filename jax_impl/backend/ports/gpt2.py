@@ -40,7 +40,10 @@ class GPT2Attention(nnx.Module):
         logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(dim // self.heads).astype(x.dtype)  # [B, H, T, T]
         causal = jnp.tril(jnp.ones((t, t), bool), k=-1 if self.variant == "causal_diagonal" else 0)
         logits = jnp.where(causal, logits, jnp.finfo(logits.dtype).min)
-        return self.c_proj((jax.nn.softmax(logits, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(b, t, dim))
+        weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(
+            v.dtype
+        )  # the softmax in float32, as torch's kernel keeps it, cast back
+        return self.c_proj((weights @ v).transpose(0, 2, 1, 3).reshape(b, t, dim))
 
 
 class GPT2MLP(nnx.Module):
@@ -105,7 +108,7 @@ def build(
 
 def loss(model: GPT2LMHeadModel, batch: dict[str, jax.Array]) -> jax.Array:
     """Mean next-token cross-entropy (logits at t against labels at t+1), a scalar."""
-    logits = model(batch["input_ids"])[:, :-1]
+    logits = model(batch["input_ids"])[:, :-1].astype(jnp.float32)  # as torch's kernel: its log-softmax in float32
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"][:, 1:]).mean()
 
 

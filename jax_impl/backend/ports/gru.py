@@ -84,7 +84,8 @@ def build(variant: str = "correct", *, vocab: int, embed: int, hidden: int, clas
 
 def loss(model: Tagger, batch: dict[str, jax.Array]) -> jax.Array:
     """Mean cross-entropy of the logits against the integer labels, a scalar."""
-    return optax.softmax_cross_entropy_with_integer_labels(model(batch["tokens"]), batch["label"]).mean()
+    logits = model(batch["tokens"]).astype(jnp.float32)  # as torch's kernel: its log-softmax in float32
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
 
 
 def optimizer(variant: str = "correct"):

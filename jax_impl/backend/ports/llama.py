@@ -27,6 +27,7 @@ __all__ = [
     "rotary",
     "LlamaAttention",
     "LlamaMLP",
+    "BareRMSNorm",
     "LlamaDecoderLayer",
     "LlamaModel",
     "LlamaForCausalLM",
@@ -35,7 +36,16 @@ __all__ = [
     "optimizer",
 ]
 
-VARIANTS = {"correct": None, "rotary_interleaved": "", "gqa_tiled": "", "swiglu_swapped": ""}
+VARIANTS = {
+    "correct": None,
+    "rotary_interleaved": "",
+    "gqa_tiled": "",
+    "swiglu_swapped": "",
+    # bfloat16 only: the float64 and float32 passes match; the bfloat16 pass names the float32 HF keeps
+    "softmax_bfloat16": "precision",
+    "rmsnorm_bfloat16": "precision",
+    "log_softmax_bfloat16": "precision",
+}
 THETA = 10000.0  # LlamaConfig's rope_theta
 
 
@@ -46,8 +56,9 @@ def rotary(x: jax.Array, interleaved: bool = False) -> jax.Array:
     2i with 2i+1 instead (a bug here). Frequencies theta^(-2i/d), i < d/2.
     """
     t, d = x.shape[-2], x.shape[-1]
-    inv_freq = 1.0 / THETA ** (jnp.arange(0, d, 2, dtype=x.dtype) / d)  # [d/2]
-    freqs = jnp.arange(t, dtype=x.dtype)[:, None] * inv_freq  # [T, d/2]
+    # HF's table is float32 whatever the model's dtype (cast to x's after): in bfloat16 a table in bfloat16 drifts
+    inv_freq = 1.0 / THETA ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d)  # [d/2]
+    freqs = jnp.arange(t, dtype=jnp.float32)[:, None] * inv_freq  # [T, d/2]
     if interleaved:
         emb = jnp.repeat(freqs, 2, axis=-1)  # [T, d]: f0 f0 f1 f1 ...
         x1, x2 = x[..., 0::2], x[..., 1::2]
@@ -55,7 +66,7 @@ def rotary(x: jax.Array, interleaved: bool = False) -> jax.Array:
     else:
         emb = jnp.concatenate((freqs, freqs), axis=-1)  # [T, d]: f0 f1 ... f0 f1 ...
         turned = jnp.concatenate((-x[..., d // 2 :], x[..., : d // 2]), axis=-1)
-    return x * jnp.cos(emb) + turned * jnp.sin(emb)
+    return x * jnp.cos(emb).astype(x.dtype) + turned * jnp.sin(emb).astype(x.dtype)
 
 
 class LlamaAttention(nnx.Module):
@@ -86,7 +97,9 @@ class LlamaAttention(nnx.Module):
         logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(self.head_dim).astype(x.dtype)  # [B, H, T, T]
         causal = jnp.tril(jnp.ones((t, t), bool))
         logits = jnp.where(causal, logits, jnp.finfo(logits.dtype).min)
-        out = jax.nn.softmax(logits, axis=-1) @ v  # [B, H, T, d]
+        # HF's attention takes the softmax in float32 and casts back (bfloat16 rounds its exponentials)
+        wide = logits if self.variant == "softmax_bfloat16" else logits.astype(jnp.float32)
+        out = jax.nn.softmax(wide, axis=-1).astype(v.dtype) @ v  # [B, H, T, d]
         return self.o_proj(out.transpose(0, 2, 1, 3).reshape(b, t, -1))
 
 
@@ -106,14 +119,29 @@ class LlamaMLP(nnx.Module):
         return self.down_proj(jax.nn.silu(gate) * up)
 
 
+class BareRMSNorm(nnx.Module):
+    """RMSNorm computed in its input's dtype: in bfloat16 its statistics and rsqrt too (the rmsnorm_bfloat16 bug;
+    HF computes them in float32)."""
+
+    def __init__(self, dim: int, epsilon: float) -> None:
+        self.scale, self.epsilon = nnx.Param(jnp.ones(dim)), epsilon
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.scale[...] * (x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.epsilon))
+
+
+def _norm(dim: int, variant: str, rngs: nnx.Rngs) -> nnx.Module:
+    return BareRMSNorm(dim, 1e-6) if variant == "rmsnorm_bfloat16" else nnx.RMSNorm(dim, epsilon=1e-6, rngs=rngs)
+
+
 class LlamaDecoderLayer(nnx.Module):
     """Pre-norm layer: x + attn(RMSNorm(x)), then + mlp(RMSNorm(x)); [B, T, D] -> [B, T, D]."""
 
     def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int, variant: str, rngs: nnx.Rngs) -> None:
         self.self_attn = LlamaAttention(dim, heads, kv_heads, variant, rngs)
         self.mlp = LlamaMLP(dim, hidden, variant, rngs)
-        self.input_layernorm = nnx.RMSNorm(dim, epsilon=1e-6, rngs=rngs)
-        self.post_attention_layernorm = nnx.RMSNorm(dim, epsilon=1e-6, rngs=rngs)
+        self.input_layernorm = _norm(dim, variant, rngs)
+        self.post_attention_layernorm = _norm(dim, variant, rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         x = x + self.self_attn(self.input_layernorm(x))
@@ -127,7 +155,7 @@ class LlamaModel(nnx.Module):
         rngs = nnx.Rngs(0)
         self.embed_tokens = nnx.Embed(vocab, dim, rngs=rngs)
         self.layers = nnx.List([LlamaDecoderLayer(dim, heads, kv_heads, hidden, variant, rngs) for _ in range(layers)])
-        self.norm = nnx.RMSNorm(dim, epsilon=1e-6, rngs=rngs)
+        self.norm = _norm(dim, variant, rngs)
 
     def __call__(self, input_ids: jax.Array) -> jax.Array:
         x = self.embed_tokens(input_ids)
@@ -142,6 +170,7 @@ class LlamaForCausalLM(nnx.Module):
     def __init__(self, vocab: int, dim: int, heads: int, kv_heads: int, hidden: int, layers: int, variant: str) -> None:
         self.model = LlamaModel(vocab, dim, heads, kv_heads, hidden, layers, variant)
         self.lm_head = nnx.Linear(dim, vocab, use_bias=False, rngs=nnx.Rngs(1))
+        self.variant = variant
 
     def __call__(self, input_ids: jax.Array) -> jax.Array:
         return self.lm_head(self.model(input_ids))
@@ -157,8 +186,11 @@ def build(
 
 
 def loss(model: LlamaForCausalLM, batch: dict[str, jax.Array]) -> jax.Array:
-    """Mean next-token cross-entropy (logits at t against labels at t+1), as HF's labels= loss; a scalar."""
+    """Mean next-token cross-entropy (logits at t against labels at t+1), as HF's labels= loss; a scalar (the
+    log_softmax_bfloat16 variant keeps the logits' dtype: in bfloat16, its log-softmax too)."""
     logits = model(batch["input_ids"])[:, :-1]
+    if model.variant != "log_softmax_bfloat16":
+        logits = logits.astype(jnp.float32)  # HF's loss upcasts the logits
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"][:, 1:]).mean()
 
 

@@ -26,7 +26,8 @@ VARIANTS = {"correct": None, "gelu_tanh": "P04", "layernorm_eps": "P05", "mask_p
 
 
 def attention(query: jax.Array, key: jax.Array, value: jax.Array, bias=None, mask=None, **_) -> jax.Array:
-    """Softmax attention in the inputs' dtype: q, k, v [B, T, heads, D/heads], mask [B, 1, 1, T] (True = attend).
+    """Softmax attention: q, k, v [B, T, heads, D/heads], mask [B, 1, 1, T] (True = attend); its softmax in float32
+    and cast back to the inputs' dtype, as torch's scaled-dot-product kernel keeps it.
 
     nnx.MultiHeadAttention's default (jax.nn.dot_product_attention when there is no dropout)
     always takes its softmax in float32, so a float64 check would see float32 rounding (1e-8).
@@ -34,7 +35,10 @@ def attention(query: jax.Array, key: jax.Array, value: jax.Array, bias=None, mas
     logits = jnp.einsum("bqhd,bkhd->bhqk", query, key) / jnp.sqrt(query.shape[-1]).astype(query.dtype)
     if mask is not None:
         logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
-    return jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits, axis=-1), value)
+    weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(
+        value.dtype
+    )  # the softmax in float32, as torch's kernel keeps it, cast back
+    return jnp.einsum("bhqk,bkhd->bqhd", weights, value)
 
 
 class Block(nnx.Module):
@@ -87,7 +91,7 @@ def build(
 
 def loss(model: Encoder, batch: dict[str, jax.Array]) -> jax.Array:
     """Mean cross-entropy of the logits against the integer labels, a scalar."""
-    logits = model(batch["tokens"], batch["pad"])
+    logits = model(batch["tokens"], batch["pad"]).astype(jnp.float32)  # as torch's kernel: its log-softmax in float32
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label"]).mean()
 
 

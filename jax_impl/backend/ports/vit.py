@@ -65,7 +65,10 @@ class ViTAttention(nnx.Module):
         q, k, v = (
             f(x).reshape(b, n, self.heads, -1).transpose(0, 2, 1, 3) for f in (self.q_proj, self.k_proj, self.v_proj)
         )
-        weights = jax.nn.softmax(q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(dim // self.heads).astype(x.dtype), axis=-1)
+        logits = q @ k.transpose(0, 1, 3, 2) / jnp.sqrt(dim // self.heads).astype(x.dtype)  # [B, H, N, N]
+        weights = jax.nn.softmax(logits.astype(jnp.float32), axis=-1).astype(
+            v.dtype
+        )  # the softmax in float32, as torch's kernel keeps it, cast back
         return self.o_proj((weights @ v).transpose(0, 2, 1, 3).reshape(b, n, dim))
 
 
@@ -130,7 +133,8 @@ def build(variant: str = "correct", *, image: int, patch: int, channels: int, di
 
 def loss(model: ViTForImageClassification, batch: dict[str, jax.Array]) -> jax.Array:
     """Mean cross-entropy of the logits against the integer labels, a scalar."""
-    return optax.softmax_cross_entropy_with_integer_labels(model(batch["pixel_values"]), batch["labels"]).mean()
+    logits = model(batch["pixel_values"]).astype(jnp.float32)  # as torch's kernel: its log-softmax in float32
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]).mean()
 
 
 def optimizer(variant: str = "correct") -> optax.GradientTransformation:

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from rich.console import Console
 from ...core import children, registry
 from ..check.match import PortInputError
 from ..common import UsageError, bounded_int, json_path, positive_int, print_error, versions, write_json
-from . import port_check
+from . import latency, port_check
 from .payload import check_payload
 from .sizes import SIZES
 from .tables import print_tables
@@ -132,7 +131,7 @@ def run(
     try:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "bench.json"
-            cmd = [sys.executable, "-m", __package__, "--worker", json.dumps(config), str(out)]
+            cmd = children.python("-m", __package__, "--worker", json.dumps(config), str(out))
             worker = children.spawn(cmd, "bench worker", cwd=Path(__file__).resolve().parents[3])
             try:
                 code = worker.wait()
@@ -189,7 +188,29 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _latency(args: argparse.Namespace, console: Console, kept: str) -> int:
+    """`bench --port-check` alone: the latencies of the worked ports against the import floor (latency.py)."""
+    progress = None if args.quiet else (lambda msg: console.print(f"  {msg}", markup=False, highlight=False))
+    try:
+        payload = {"versions": versions(), "latency": latency.measure(progress=progress)}
+    except RuntimeError as exc:
+        print_error(f"detach-parity bench: error: {exc}{kept}")
+        return 1
+    if args.json:
+        try:
+            write_json(Path(args.json), payload)
+        except OSError as exc:
+            print_error(f"detach-parity bench: error: could not write {args.json}: {exc}{kept}")
+            return 1
+    console.print(latency.markdown(payload["latency"]), markup=False, highlight=False, soft_wrap=True)
+    if args.json:
+        console.print(f"wrote {args.json}", markup=False, highlight=False)
+    return 0
+
+
 def _port_check(args: argparse.Namespace, console: Console, kept: str) -> int:
+    if args.port_check == LATENCY:
+        return _latency(args, console, kept)
     name, size = port_check.parse(args.port_check)
     progress = None if args.quiet else (lambda msg: console.print(f"  {msg}", markup=False, highlight=False))
     try:
@@ -213,6 +234,9 @@ def _port_check(args: argparse.Namespace, console: Console, kept: str) -> int:
     if args.json:
         console.print(f"wrote {args.json}", markup=False, highlight=False)
     return 0 if m["ok"] else 1
+
+
+LATENCY = "latency"  # --port-check without a port
 
 
 def add_parser(sub) -> None:
@@ -246,7 +270,11 @@ def add_parser(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument(
         "--port-check",
+        nargs="?",
+        const=LATENCY,
         metavar="NAME[:SIZE]",
-        help="instead: time and weigh one check_port of a worked port (gpt2:base is GPT-2 small, 124 M parameters)",
+        help="instead: alone, how long a check takes against the import floor (the CLI in a new process, a warm "
+        "process; the worked cnn, gru, transformer, GPT-2, Llama); with NAME[:SIZE], time and weigh one check_port "
+        "of a worked port (gpt2:base is GPT-2 small, 124 M parameters)",
     )
     p.set_defaults(func=cmd_bench)

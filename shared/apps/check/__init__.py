@@ -48,7 +48,8 @@ def assert_port_matches(torch_model, jax_model, batch, **kwargs) -> PortReport:
 def _plan(torch_model, jax_model, mapping):
     T, J = backend("torch").port, backend("jax").port
     try:
-        return T, J, plan(T.structure(torch_model), J.structure(jax_model), mapping)
+        torch_model = T.view(torch_model)[0]  # through torch.compile's wrapper: the same tensors
+        return T, J, plan(T.structure(torch_model), J.structure(jax_model), mapping), torch_model
     except ValueError as exc:
         raise PortInputError(str(exc)) from None
 
@@ -59,7 +60,7 @@ def transfer_weights(torch_model, jax_model, mapping: Mapping[str, str] | None =
     Raises PortInputError: names or shapes that no rule pairs (listed), an NNX leaf no torch
     weight reaches, or a torch weight with no place in the NNX model (b_hn in an nnx.GRUCell, P08).
     """
-    T, J, pl = _plan(torch_model, jax_model, mapping)
+    T, J, pl, torch_model = _plan(torch_model, jax_model, mapping)
     values = pl.to_jax(T.read(torch_model))
     try:
         leaves, _, _ = J.to_native(jax_model, values)
@@ -77,7 +78,7 @@ def transfer_back(jax_model, torch_model, mapping: Mapping[str, str] | None = No
     A folded bias (nnx.LSTMCell's one bias per gate) comes back whole in torch's bias_ih and as
     zeros in bias_hh: the same function. Raises PortInputError as transfer_weights.
     """
-    T, J, pl = _plan(torch_model, jax_model, mapping)
+    T, J, pl, torch_model = _plan(torch_model, jax_model, mapping)
     units = sorted({ju for ju, _ in pl.pairs.values()})
     try:
         canon = J.read(jax_model, units)

@@ -19,9 +19,15 @@ import numpy as np
 
 from ..backends import backend
 from . import diagnose, flow
+from .compare import island_facts
+from .mapping import translate
 from .match import PortInputError, check_mapping
+from .named_line import name_line
 from .passes import Passes
+from .precision import FACTOR, PRECISIONS, PrecisionPass
 from .report import PortReport
+from .stages import Stages
+from .unread import boundaries, unread
 
 __all__ = ["MAX_STEPS", "check_port", "validate_batch"]
 
@@ -63,9 +69,9 @@ def _pair(optimizer) -> bool:
     return isinstance(optimizer, tuple) and len(optimizer) == 2 and not hasattr(optimizer, "init")
 
 
-class _Checker(Passes):
+class _Checker(Passes, PrecisionPass):
     def __init__(self, torch_model, jax_model, batch, *, torch_loss, jax_loss, torch_optimizer, jax_optimizer,
-                 torch_step, jax_step, mapping, transfer, steps, progress) -> None:  # fmt: skip
+                 torch_step, jax_step, mapping, transfer, steps, progress, precision) -> None:  # fmt: skip
         for name, fn in (("torch_loss", torch_loss), ("jax_loss", jax_loss)):
             if not callable(fn):
                 raise PortInputError(f"{name}: expected a callable (model, batch) -> scalar, got {type(fn).__name__}")
@@ -77,6 +83,12 @@ class _Checker(Passes):
             raise PortInputError(f"steps: expected an integer in [0, {MAX_STEPS}], got {steps!r}")
         if not isinstance(transfer, bool):
             raise PortInputError(f"transfer: expected True or False, got {transfer!r}")
+        for side, policy in precision.items():
+            if policy not in PRECISIONS:
+                raise PortInputError(f"{side}_precision: expected one of {list(PRECISIONS)}, got {policy!r}")
+        self.precision = dict(precision)  # each side's bfloat16 policy (the bfloat16 pass)
+        self.truth: dict = {}  # the float64 pass's torch values, which the bfloat16 pass judges both sides by
+        self.values64: dict = {}  # the float64 pass's differences kept (passes.py)
         check_mapping(mapping)  # before `dict(mapping)` below: 5, "ab" or [1] raised a TypeError (exit 1)
         for name, fn, what in (
             ("torch_optimizer", torch_optimizer, "a function params -> torch.optim.Optimizer"),
@@ -87,11 +99,14 @@ class _Checker(Passes):
                 raise PortInputError(f"{name}: expected {what}, got {type(fn).__name__} {fn!r:.60}")
         self.T, self.J = backend("torch").port, backend("jax").port  # layouts: read, write, convert
         self.TR, self.JR = backend("torch").port_run, backend("jax").port_run  # runs: forward, gradients, steps
-        for check, model in ((self.T.check_model, torch_model), (self.J.check_model, jax_model)):
+        viewed = []  # each side's model as the checker reads and runs it (torch: through torch.compile)
+        for side, model in ((self.T, torch_model), (self.J, jax_model)):
             try:
-                check(model)
+                viewed.append(side.view(model))
+                side.check_model(viewed[-1][0])
             except ValueError as exc:
                 raise PortInputError(str(exc)) from None
+        (torch_model, torch_notes), (jax_model, jax_notes) = viewed
         self.models = (torch_model, jax_model)
         self.batch = validate_batch(batch)
         self.losses = (torch_loss, jax_loss)
@@ -103,7 +118,10 @@ class _Checker(Passes):
         self.wrt = jax_optimizer[1] if _pair(jax_optimizer) else None
         self.dtypes: tuple[str, ...] = ("float64", "float32")  # check_port sets the passes it runs
         self.noise: dict = {}  # the float64 pass's gradient entries float32 cannot resolve (compare.noise_entries)
+        self.zeros: dict = {}  # its gradient entries zero in exact arithmetic (rounding on both sides)
+        self.stages = Stages()  # where the time goes (check_port's profile=True counts JAX's compiles in it too)
         self.report = PortReport(settings={"steps": self.k, "transfer": self.transfer, "mapping": dict(mapping or {})})
+        self.report.notes += torch_notes + jax_notes
         if steps and not self.k:
             self.report.notes.append("no optimizers or steps given: the K optimizer steps were skipped")
 
@@ -124,6 +142,9 @@ def check_port(
     steps: int = 5,
     progress: Callable[[str], None] | None = None,
     dtypes: tuple[str, ...] = ("float64", "float32"),
+    torch_precision: str = "bfloat16",
+    jax_precision: str = "bfloat16",
+    profile: bool = False,
 ) -> PortReport:
     """Check a JAX (Flax NNX) port of a torch model: weights, outputs, loss, gradients, K steps, in float64 then float32.
 
@@ -139,9 +160,15 @@ def check_port(
       transfer: copy the torch weights into (a copy of) the NNX model; False checks the weights it has.
       steps: K optimizer steps compared (0: none).
       progress: called with a line per stage.
-      dtypes: the passes, float64 first (the bug test); ("float64",) alone skips the float32 noise check.
+      dtypes: the passes, float64 first (the bug test); ("float64",) alone skips the float32 noise check;
+        "bfloat16" adds the bfloat16 pass (each side's error against the float64 truth, precision.py).
+      torch_precision, jax_precision: each side's policy in the bfloat16 pass: "bfloat16" (parameters and
+        compute) or "mixed" (float32 parameters, bfloat16 compute: torch.autocast on the reference; on the
+        port, the dtype each module was built to compute in, NNX's `dtype` with `param_dtype` float32).
+      profile: also count JAX's traces, lowerings and compiles per stage (report.profile, report.profile_lines();
+        the stages' seconds are there either way).
     Returns:
-      PortReport: .ok, .table(), .to_json(), .hints, .flow.
+      PortReport: .ok, .table(), .to_json(), .hints, .flow, .profile.
     Raises:
       PortInputError (a ValueError): bad input, named (unmatched parameters, a loss that is not a scalar,
         NaN in the batch, a batch a model rejects, live dropout, a check that would not fit in the memory
@@ -150,39 +177,53 @@ def check_port(
     start = time.perf_counter()
     c = _Checker(torch_model, jax_model, batch, torch_loss=torch_loss, jax_loss=jax_loss, torch_optimizer=torch_optimizer,
                  jax_optimizer=jax_optimizer, torch_step=torch_step, jax_step=jax_step, mapping=mapping,
-                 transfer=transfer, steps=steps, progress=progress)  # fmt: skip
+                 transfer=transfer, steps=steps, progress=progress,
+                 precision={"torch": torch_precision, "jax": jax_precision})  # fmt: skip
     if (
-        not dtypes
+        not isinstance(dtypes, tuple | list)
+        or not dtypes
         or dtypes[0] != "float64"
-        or not set(dtypes) <= {"float64", "float32"}
+        or not set(dtypes) <= {"float64", "float32", "bfloat16"}
         or len(set(dtypes)) != len(dtypes)
     ):
-        raise PortInputError(f"dtypes: expected ('float64',) or ('float64', 'float32'), got {dtypes!r}")
+        raise PortInputError(
+            "dtypes: expected 'float64' first, then any of 'float32', 'bfloat16' (the bfloat16 pass is judged "
+            f"against the float64 pass's truth), got {dtypes!r}"
+        )
     wide = [k for k, v in c.batch.items() if v.dtype.kind in "iu" and not _fits_int32(v)]
-    if "float32" in dtypes and wide:  # they would wrap around, and the difference be blamed on float32
+    narrow = next((d for d in dtypes if d != "float64"), None)
+    if narrow and wide:  # they would wrap around, and the difference be blamed on float32
         v = c.batch[wide[0]]
         raise PortInputError(
-            f"batch[{wide[0]!r}]: the float32 pass runs JAX without x64, where integers are 32-bit: expected values "
+            f"batch[{wide[0]!r}]: the {narrow} pass runs JAX without x64, where integers are 32-bit: expected values "
             f"in {'[0, 2**32 - 1]' if v.dtype.kind == 'u' else '[-2**31, 2**31 - 1]'}, got {v.min()} .. {v.max()} "
             "(check the float64 pass alone: dtypes=('float64',))"
         )
-    c.progress("a forward twice: is it deterministic? ...")
-    c._repeatable(dtypes[-1])  # the cheaper dtype: a random forward shows in either
-    report, passes = c.report, {}
     c.dtypes = tuple(dtypes)
+    if profile:
+        jax_profile = backend("jax").profile
+        jax_profile.listen()  # jax.monitoring's listeners, registered once per process
+        c.stages = Stages(jax_profile.counters)
+    with c.stages("memory estimate"):
+        c.report.notes += c._budget()  # before anything big runs: refused up front, never killed mid-check
+    c.progress("a forward twice: is it deterministic? ...")
+    with c.stages("determinism"):
+        c._repeatable("float32" if "float32" in dtypes else "float64")  # the cheaper: a random forward shows in any
+    report, passes = c.report, {}
     report.settings["dtypes"] = list(dtypes)
+    if "bfloat16" in dtypes:
+        report.settings["precision"], report.factor = dict(c.precision), FACTOR
     for dtype in dtypes:
         c.progress(f"{dtype}: weights, outputs, loss, gradients{f', {c.k} steps' if c.k else ''} ...")
         t = time.perf_counter()
-        p = c._pass(dtype, report.rows)
+        p = c._precision_pass(report.rows) if dtype == "bfloat16" else c._pass(dtype, report.rows)
         report.seconds[dtype] = time.perf_counter() - t
-        passes[dtype] = p  # float32's arrays are all let go: its diagnosis reads rows only
+        passes[dtype] = p  # float32's and bfloat16's arrays are all let go: their diagnosis reads rows only
+    c.truth.clear()
     report.notes += c.plan.notes
-    if passes["float64"].jax.get("exact_attention"):
-        report.notes.append(
-            "float64 pass: the port's jax.nn.dot_product_attention ran with its softmax in float64 (JAX takes it "
-            "in float32 whatever the inputs: rounding, not the port's maths); the float32 pass runs it as it is"
-        )
+    report.notes += island_facts(
+        passes["float64"].torch.get("islands") or {}, passes["float64"].jax.get("islands") or {}
+    )
     p64 = passes["float64"]
     for key, (_, shape) in p64.orders.items():
         flat = ", ".join(f"{n}" for n in shape)
@@ -196,15 +237,31 @@ def check_port(
         n.replace("/", ".") or "(model)": [m.replace("/", ".") or "(model)" for m in ms]
         for n, ms in p64.torch.get("feeds", {}).items()
     }
+    # outputs differing only where the loss never reads (a fully masked attention row): facts, with their reason
+    with c.stages("diagnosis"):
+        notes, read_nowhere, back = unread(report, p64, lambda: c._backward(p64), c.plan, c.transfer)
+        report.notes += notes + boundaries(report, p64)
     forward = report.failed("float64", "outputs") + report.failed("float64", "loss")
     if report.failed("float64", "grads") and not forward:  # the forward cannot say where: the backward can
         c.progress("float64: the gradient arriving at each module ...")
-        report.rows += c._backward(p64)
+        report.rows += back if back is not None else c._backward(p64)
     report.dropped = sorted({f"{c.plan.torch_name([k])}: {why}" for k, why in p64.dropped.items()})
     report.flow = flow.diff(p64, c.plan)
     c.progress("diagnosis ...")
     t = time.perf_counter()
-    report.hints = diagnose.diagnose(report, passes, c.plan, c.structures, transfer=c.transfer, steps=c.k)
+    with c.stages("diagnosis"):
+        hints = diagnose.diagnose(report, passes, c.plan, c.structures, transfer=c.transfer, steps=c.k)
+    report.hints = read_nowhere + hints
     report.seconds["diagnosis"] = time.perf_counter() - t
+    c.progress("the line where the port parts ...")
+    t = time.perf_counter()
+    with c.stages("line"):
+        try:
+            report.line = name_line(c, report, p64, lambda path: translate(path, c.plan.mapping))
+        except Exception as exc:  # the verdict and the hints stand; only the line is not named, and the report says why
+            report.notes.append(f"the line where the port parts could not be named: {type(exc).__name__}: {exc}")
+    report.seconds["line"] = time.perf_counter() - t
     report.seconds["total"] = time.perf_counter() - start
+    report.profile = c.stages.profile(report.seconds["total"])
+    report.profile["counted"] = profile  # JAX's pipeline counted per stage (else seconds only)
     return report

@@ -10,6 +10,8 @@ and may define
     torch_step, jax_step             (model, batch) -> loss: the user's own training steps instead
     mapping                          {torch path prefix: NNX path prefix} where the names differ
     transfer                         False: compare the weights the NNX model already holds
+    torch_precision, jax_precision   with --bf16: "bfloat16" (parameters and compute, the default) or "mixed"
+                                     (float32 parameters; torch.autocast to bfloat16, the port's own module dtypes)
 WORKED is a shipped worked port (cnn, gru, transformer; transformers' llama, bert, vit, gpt2),
 optionally with a buggy variant (`cnn:bn_momentum`). Exit status: 0 the port matches, 1 it differs, 2 bad input.
 """
@@ -18,20 +20,28 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.metadata as md
+import os
 import runpy
 import sys
+import time
 import types
 from pathlib import Path
 
+from ..backends import backend
 from ..common import UsageError, bounded_int, json_path, versions, write_json
 from .checker import MAX_STEPS, check_port
 from .match import PortInputError
+from .named_line import optimizer_line
 from .ports import REAL, WORKED, case, parse
+from .stages import outside
+from .text import profile_lines, profile_table
 
 __all__ = ["REQUIRED", "OPTIONAL", "load_file", "cmd_check", "add_parser"]
 
 REQUIRED = ("torch_model", "jax_model", "batch", "torch_loss", "jax_loss")
-OPTIONAL = ("torch_optimizer", "jax_optimizer", "torch_step", "jax_step", "mapping", "transfer")
+OPTIONAL = ("torch_optimizer", "jax_optimizer", "torch_step", "jax_step", "mapping", "transfer", "torch_precision",
+            "jax_precision")  # fmt: skip
 
 
 def _misspelt(names: dict) -> tuple[str, str] | None:
@@ -88,11 +98,49 @@ def load_file(path: str) -> dict:
     return {n: names[n] for n in (*REQUIRED, *OPTIONAL) if n in names}
 
 
+NO_CACHE = "DETACH_PARITY_NO_CACHE"  # set (not "0") to keep nothing between checks
+
+
+def cache_folder() -> Path:
+    """Where `check` keeps JAX's compiled programs between processes: the user's cache folder (XDG_CACHE_HOME, else
+    ~/.cache), never the project's, one folder per set of versions (jax, jaxlib, this package): a version change
+    never reuses an entry."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    key = "-".join(f"{d}{_version(d)}" for d in ("jax", "jaxlib", "detach-parity"))
+    return root / "detach-parity" / f"jax-{key}"
+
+
+def _version(dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "0"
+
+
+def _keep_programs(args: argparse.Namespace) -> str:
+    """JAX's persistent compilation cache for this process, where it is ours (the console script) and not turned
+    off; the line the report gives about it."""
+    if not getattr(args, "own_process", False):
+        return ""
+    if os.environ.get(NO_CACHE, "0") not in ("", "0"):
+        return f"compiled programs: not kept between checks ({NO_CACHE} is set)"
+    used = backend("jax").profile.persistent_cache(str(cache_folder()))
+    if not used["ours"]:
+        return f"compiled programs: kept in your own JAX cache, {used['folder']}"
+    return f"compiled programs: kept in {used['folder']} for the next check ({NO_CACHE}=1 turns it off)"
+
+
 def cmd_check(args: argparse.Namespace, console) -> int:
     target = args.file
+    start = time.perf_counter()
+    for framework in ("torch", "jax"):  # torch, JAX, Flax and optax: the import floor, timed apart from the file
+        backend(framework)
+    imported = time.perf_counter()
+    kept = _keep_programs(args)  # before the file runs: its models' initialisers compile too
     worked = target.partition(":")[0] in WORKED + REAL  # a worked port's name, whatever the folder holds
+    file = None
     if target.endswith(".py") or "/" in target or (Path(target).exists() and not worked):  # a path
-        kwargs = load_file(target)
+        kwargs, file = load_file(target), target
     else:
         try:
             name, variant = parse(target)
@@ -100,11 +148,17 @@ def cmd_check(args: argparse.Namespace, console) -> int:
         except PortInputError as exc:
             raise UsageError(str(exc)) from None
     model_t, model_j, batch = kwargs.pop("torch_model"), kwargs.pop("jax_model"), kwargs.pop("batch")
+    loaded = time.perf_counter()
     try:
         with console.status("checking the port ...") as status:
-            report = check_port(model_t, model_j, batch, steps=args.steps, progress=status.update, **kwargs)
+            dtypes = ("float64", "float32", "bfloat16") if args.bf16 else ("float64", "float32")
+            report = check_port(model_t, model_j, batch, steps=args.steps, progress=status.update, dtypes=dtypes,
+                                profile=args.profile, **kwargs)  # fmt: skip
     except PortInputError as exc:
         raise UsageError(str(exc)) from None
+    report.profile = outside(report.profile, {"imports": imported - start, "your file": loaded - imported})
+    if report.line and report.line.get("optimizer") and file:  # the optimizer part that parts: the file's line
+        report.line["port"] = optimizer_line(file, report.line["path"])
     if args.json:
         try:
             write_json(Path(args.json), {"target": target, "versions": versions(), **report.to_json()})
@@ -113,6 +167,10 @@ def cmd_check(args: argparse.Namespace, console) -> int:
     console.print(report.rich_table())
     for line in report.lines():
         console.print(line, markup=False, highlight=False, soft_wrap=True)  # one line each: grep and copy them whole
+    if args.profile:
+        console.print(profile_table(report))
+        for line in [*profile_lines(report), *([kept] if kept else [])]:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0 if report.ok else 1
 
 
@@ -131,5 +189,17 @@ def add_parser(sub) -> None:
         type=bounded_int(0, MAX_STEPS),
         default=5,
         help=f"optimizer steps compared (default 5, at most {MAX_STEPS})",
+    )
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="also a bfloat16 pass: each side's error against the float64 truth (the file's torch_precision / "
+        "jax_precision: 'bfloat16' or 'mixed')",
+    )
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print where the time went: imports, your file, each stage of the check, and JAX's tracing, "
+        "lowering and compiling in each",
     )
     p.set_defaults(func=cmd_check)

@@ -19,8 +19,9 @@ from .match import Plan, translate
 from .noise import DRIFT, NOISE, NOISE64, NOISE64_GAP, ROUNDING_BOUND, noise_entries
 from .pairing import flatten_orders, pair
 from .report import Row
+from .routing import in_expert_order
 
-__all__ = ["backward_rows", "TOLERANCE", "STEP_TOLERANCE", "Judge", "Pass", "floor", "rows_of"]
+__all__ = ["backward_rows", "TOLERANCE", "STEP_TOLERANCE", "Judge", "Pass", "floor", "island_facts", "rows_of"]
 
 # float64: the package's parity bound (a bug, not rounding); float32: the noise of a deep float32 forward.
 # Steps are held to the model's parameter scale, not each leaf's: a leaf whose gradient vanishes in exact
@@ -76,12 +77,33 @@ class Pass:
     orders: dict = field(default_factory=dict)  # NNX kernel -> (row order, [C, *spatial]): pairing.flatten_orders
 
 
-def island(islands: dict) -> str:
-    """The sentence of a report on where the float64 reference computes in a narrower dtype."""
-    where = list(dict.fromkeys(re.sub(r"(^|/)\d+(?=/|$)", r"\1*", p).replace("/", ".") for p in islands))
-    dtypes = sorted({d for d, _ in islands.values()})
-    named = ", ".join(f"`{w}`" if w != "(loss)" else "the loss" for w in where)
-    return f"float64 pass: the reference computes {named} in {' / '.join(dtypes)}"
+def _where(paths) -> str:
+    """Module paths with their layer numbers as `*` (`model.layers.*.input_layernorm`), the loss by name."""
+    where = dict.fromkeys(re.sub(r"(^|/)\d+(?=/|$)", r"\1*", p).replace("/", ".") or "(model)" for p in paths)
+    return ", ".join(f"`{w}`" if w != "(loss)" else "the loss" for w in where)
+
+
+def island(side: str, islands: dict) -> str:
+    """The sentence of a report on where the float64 `side` ("reference" or "port") computes in a narrower
+    dtype it could not widen (judged at float32's bound from there), with the reason."""
+    dtypes = sorted({e["dtype"] for e in islands.values()})
+    why = "; ".join(dict.fromkeys(e["why"] for e in islands.values() if e["why"]))
+    return f"float64 pass: the {side} computes {_where(islands)} in {' / '.join(dtypes)}, not widened: {why}"
+
+
+def island_facts(torch_islands: dict, jax_islands: dict) -> list[str]:
+    """The report's facts on the float32 islands the float64 pass widened: where the reference (and the port)
+    compute in float32, run in float64 on both sides, every row judged at the float64 bound."""
+    out = []
+    for side, islands in (("reference", torch_islands), ("port", jax_islands)):
+        wide = {p: e for p, e in islands.items() if e["widened"]}
+        if wide:
+            dtypes = " / ".join(sorted({e["dtype"] for e in wide.values()}))
+            out.append(
+                f"float64 pass: the {side} computes {_where(wide)} in {dtypes}: widened to float64 on both sides "
+                "(every row judged at the float64 bound; the float32 pass runs them as written)"
+            )
+    return out
 
 
 def _int_width(j, t) -> np.ndarray:
@@ -100,10 +122,12 @@ class Judge:
     pair goes to `p.values` only where `keep(row)` says (the diagnosis reads the differences), so a
     check that matches holds no compared arrays once they are judged (its memory at GPT-2 scale).
 
-    Where the float64 reference computes in float32 itself (`islands` of its run: HF's RMSNorm, rotary
-    embedding, labels= loss), every quantity from the first island on (the outputs of the modules that
-    finish after it, the loss, the gradients, the steps) that misses the float64 bound is judged at
-    float32's: within it, it matches with that explanation; beyond it, it differs.
+    The float64 pass runs the reference's float32 islands (HF's RMSNorm, rotary embedding, labels= loss) in
+    float64 (precision.py of each backend): every row is judged at the float64 bound. Only where an island could
+    not be widened (an op with no float64 kernel, a buffer built in float32 that cannot be rebuilt) is every
+    quantity from it on (the outputs of the modules that finish after it, the loss, the gradients, the steps)
+    that misses the float64 bound judged at float32's: within it, it matches with that reason; beyond it,
+    it differs.
     """
 
     def __init__(
@@ -117,12 +141,15 @@ class Judge:
         self.grad_scale = float("inf")  # max |torch gradient| over every leaf, once the run is read
         self.grad_keys: set = set()  # the leaves with a gradient (the rest are buffers)
         self.drift, self.noised_at = 0.0, None  # the largest noise-driven step difference, and its first step
+        self.truth: dict | None = None  # {(section, step, key): torch's array}: the bfloat16 pass's truth, if asked
 
     def _add(self, section, key, torch_name, j, t, step=None, path=None) -> Row:
         p, dt, first = self.p, self.p.dtype, self.first
         j, t = _int_width(j, t), np.asarray(t)
-        if first is not None and t.dtype.kind == "f" and t.dtype.itemsize < np.asarray(j).dtype.itemsize:
-            t = t.astype(np.asarray(j).dtype)  # an island's own result (HF's labels= loss in float32): judged below
+        if first is not None and t.dtype.kind == "f" and np.asarray(j).dtype.kind == "f":
+            # an island's own result (HF's labels= loss in float32, a port's own step's loss): both in the wider dtype
+            wider = max(t.dtype, np.asarray(j).dtype, key=lambda d: d.itemsize)
+            j, t = np.asarray(j).astype(wider), t.astype(wider)
         steps = section == "steps" and key != "loss"
         tol, scale = (STEP_TOLERANCE if steps else TOLERANCE), (self.scale if steps else None)
         bound = tol[dt]
@@ -159,14 +186,28 @@ class Judge:
                 row.ok, row.problem, row.explained = True, "", DRIFT
         if self.keep(row):
             p.values[(section, step, key)] = (np.asarray(j), np.asarray(t))
+        if self.truth is not None and section != "weights" and t.dtype.kind == "f":
+            self.truth[(section, step, key)] = np.array(t, np.float64)
         self.rows.append(row)
         return row
 
     def _islands(self) -> None:
-        islands = self.p.torch.get("islands") or {}
-        self.first = min((at for _, at in islands.values()), default=None)
+        """The islands no side could widen: the first of them (in torch's finished order) and why."""
         self.finished = {path: i for i, path in enumerate(self.p.torch.get("finished", []))}
-        self.why = island(islands) if islands else ""
+        ref = {p: e for p, e in (self.p.torch.get("islands") or {}).items() if not e["widened"]}
+        port = {p: e for p, e in (self.p.jax.get("islands") or {}).items() if not e["widened"]}
+        # a port's island from the first torch module inside its twin on (the loss: after every module)
+        alias = [(translate(t.replace("/", "."), self.pl.mapping), i) for t, i in self.finished.items()]
+        inside = lambda p: [i for a, i in alias if a == p or a.startswith(p + "/") or not p]  # noqa: E731
+        at = [e["at"] for e in ref.values()] + [min(inside(p), default=len(self.finished)) for p in port]
+        self.first = min(at, default=None)
+        self.why = "; ".join(island(side, i) for side, i in (("reference", ref), ("port", port)) if i)
+
+    def narrow_steps(self, why: str) -> None:
+        """From here on (the steps), a quantity that misses the float64 bound is judged at float32's: the port's own
+        training step ran its float32 casts as written (the checker widens its own steps only)."""
+        self.first = len(self.finished) if self.first is None else self.first
+        self.why = "; ".join(w for w in (self.why, why) if w)
 
     def _noise_limit(self) -> float:
         """How far apart noise-driven steps may be: in float64 the two sides' roundings nearly agree, so 1e-6 of
@@ -203,7 +244,8 @@ class Judge:
 
     def outputs(self, section: str, tout: dict, jout: dict) -> list[Row]:
         """Each module's arrays per call, paired by the mapping and compared in torch's layout (named axes of
-        the recorded run): its outputs, or the gradients arriving at them ("backward"); the rows added."""
+        the recorded run; a router's chosen experts as index sets, routing.py): its outputs, or the gradients
+        arriving at them ("backward"); the rows added."""
         p, pl, before = self.p, self.pl, len(self.rows)
         tlay, jlay = p.torch.get("layouts", {}), p.jax.get("layouts", {})
         for tpath, calls in tout.items():
@@ -213,10 +255,12 @@ class Judge:
             tspecs, jspecs = tlay.get(tpath, []), jlay.get(alias, [])
             for i, (ta, ja) in enumerate(zip(calls, jout[alias], strict=False)):
                 ts, js = (tspecs[i] if i < len(tspecs) else None), (jspecs[i] if i < len(jspecs) else None)
-                for n, m, moved in pair(ta, ts, ja, js):
+                found, ties = in_expert_order(pair(ta, ts, ja, js), ta, ja, p.dtype)  # a router's choice: routing.py
+                for n, _, moved, jv in found:
                     suffix = (f"#{i}" if len(calls) > 1 else "") + (f"[{n}]" if len(ta) > 1 else "")
-                    self._add(section, f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)", ja[m],
-                              moved, path=tpath)  # fmt: skip
+                    name, torch_name = f"{alias or '(model)'}{suffix}", tpath.replace("/", ".") or "(model)"
+                    row = self._add(section, name, torch_name, jv, moved, path=tpath)
+                    row.explained = ties.get(n, "") if row.ok and not row.explained else row.explained
         return self.rows[before:]
 
     def step(self, s: int, ts: dict, js: dict) -> list[Row]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["NOISE_BOUND", "NOISE", "NOISE64_GAP", "ROUNDING_BOUND", "NOISE64", "DRIFT", "noise_entries"]
+__all__ = ["NOISE_BOUND", "NOISE", "NOISE64_GAP", "ROUNDING_BOUND", "NOISE64", "DRIFT", "OWN_STEP", "noise_entries"]
 
 
 NOISE_BOUND = 1e-6  # a float64 gradient entry below this fraction of the model's largest: float32 cannot resolve it
@@ -35,6 +35,12 @@ NOISE64 = (
 DRIFT = (
     "steps: a running statistic (a buffer, no gradient) fed by the noise-driven entries explained above: "
     "within their drift"
+)
+
+
+OWN_STEP = (
+    "float64 pass: the port's own jax_step computes its loss in float32, and a step of the user's own is run as "
+    "written (its float32 casts not widened; give jax_optimizer instead to have them widened)"
 )
 
 

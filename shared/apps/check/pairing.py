@@ -6,7 +6,9 @@ twin): nn.Conv2d ("B", "C", "S1", "S2"), nnx.Conv ("B", "S1", "S2", "C"); nn.GRU
 names ("out", "h", "c") and are permuted by their axes, whatever the sizes: C = H = W, C = L or T = B
 cannot fool it. Where the NNX module declares nothing (a module of the user's own), the torch rule's
 NNX layout (channels last) is tried first, then torch's own; where torch declares nothing, the
-shapes decide as they must (the same shape, else channels moved last).
+shapes decide as they must (the same shape, else channels moved last). Floats pair with floats, integers with
+integers; tuples of different lengths (HF's Mixtral router returns logits, scores and expert indices, a port
+its scores and indices) pair each array with its nearest twin, not by position.
 A dense kernel whose loaded rows are torch's in channels-last flatten order ([C, H, W] flattened as
 [H, W, C]: the NHWC port of a CNN head, loaded by the user's own loader) is `flatten_orders`' business:
 its weights, gradients and steps are compared in that order.
@@ -84,32 +86,89 @@ def _nearer(j, *candidates: np.ndarray) -> np.ndarray:
     return min(candidates, key=lambda c: float(np.nanmax(np.abs(j - c), initial=0.0)))
 
 
+def _fit(t: np.ndarray, ts, j, js, declared: bool) -> np.ndarray | None:
+    """Torch's array `t` in the layout of the port's `j`, or None where they cannot be twins: another kind of
+    number (a router's float scores never pair with its integer expert indices), or a layout that does not fit."""
+    if (t.dtype.kind == "f") != (np.asarray(j).dtype.kind == "f"):
+        return None
+    shape = tuple(np.shape(j))
+    if ts is not None and declared:
+        return to_nnx(t, *_placeholders(ts[1], js[1]), shape) if js is not None and js[0] == ts[0] else None
+    if ts is not None:
+        moved = to_nnx(t, ts[1], _nnx_default(ts[1]), shape)
+        moved = _nearer(j, moved, t) if moved is not None and t.shape == shape else moved
+        return t if moved is None and t.shape == shape else moved
+    return _by_shape(t, shape, j)
+
+
+def _distance(j, t: np.ndarray) -> float:
+    """How far the port's array is from a torch candidate, in [0, 1]: the largest difference relative to torch's
+    scale for floats, the share of unequal entries for integers."""
+    j, t = np.asarray(j), np.asarray(t)
+    if t.dtype.kind != "f":
+        return float(np.mean(j != t)) if t.size else 0.0
+    gap = np.abs(j.astype(np.float64) - t.astype(np.float64))
+    if not np.all(np.isfinite(gap)):
+        return 1.0
+    scale = float(np.max(np.abs(t), initial=0.0))
+    return min(1.0, float(np.max(gap, initial=0.0)) / scale) if scale else float(np.max(gap, initial=0.0) > 0)
+
+
+def _nearest(fits: dict) -> list[tuple[int, int, np.ndarray]]:
+    """Of the fitting (torch index, NNX index) pairs, the most pairs, each NNX array with the torch array nearest
+    to it (the least total distance): tuples of different lengths (HF's router returns logits, scores and
+    indices; a port its scores and indices) have no positions to go by, only what their arrays hold."""
+    cost = {nm: _distance(j, moved) for nm, (moved, j) in fits.items()}
+    ns = sorted({n for n, _ in fits})
+
+    def best(i: int, used: frozenset) -> tuple[int, float, tuple]:
+        if i == len(ns):
+            return 0, 0.0, ()
+        count, total, chosen = best(i + 1, used)  # torch's array ns[i] left unpaired
+        for (n, m), c in cost.items():
+            if n == ns[i] and m not in used:
+                k, t, rest = best(i + 1, used | {m})
+                if (k + 1, -(t + c)) > (count, -total):
+                    count, total, chosen = k + 1, t + c, ((n, m), *rest)
+        return count, total, chosen
+
+    if len(fits) > 24:  # a long tuple: each torch array with its nearest free twin, nearest first
+        chosen, used_n, used_m = [], set(), set()
+        for n, m in sorted(cost, key=lambda nm: (cost[nm], nm)):
+            if n not in used_n and m not in used_m:
+                chosen.append((n, m))
+                used_n.add(n)
+                used_m.add(m)
+    else:
+        chosen = list(best(0, frozenset())[2])
+    return [(n, m, fits[(n, m)][0]) for n, m in sorted(chosen)]
+
+
 def pair(ta: list, tspecs: list | None, ja: list, jspecs: list | None) -> list[tuple[int, int, np.ndarray]]:
     """(torch index, NNX index, torch's array in NNX layout) for the arrays of one call that pair.
 
     tspecs / jspecs: per array (name, axes) or None (outputs.py of each backend; None: not recorded).
-    Where the NNX module declares its outputs, a torch array pairs with the NNX array of its name only.
+    Where the NNX module declares its outputs, a torch array pairs with the NNX array of its name only; floats pair
+    with floats and integers with integers. Tuples of one length pair by position (the first free twin that fits:
+    a swapped (h, c) is a difference to see, not to pair away); of different lengths, by what the arrays hold
+    (_nearest).
     """
     tspecs = list(tspecs or []) + [None] * (len(ta) - len(tspecs or []))
     jspecs = list(jspecs or []) + [None] * (len(ja) - len(jspecs or []))
     declared = any(s is not None for s in jspecs)
+    if len(ta) != len(ja) and not declared:
+        fits = {}
+        for n, t in enumerate(ta):
+            for m, j in enumerate(ja):
+                moved = _fit(np.asarray(t), tspecs[n], j, jspecs[m], declared)
+                if moved is not None:
+                    fits[(n, m)] = (moved, j)
+        return _nearest(fits)
     used: set[int] = set()
     out = []
     for n, t in enumerate(ta):
-        t, ts = np.asarray(t), tspecs[n]
         for m, j in enumerate(ja):
-            if m in used:
-                continue
-            shape = tuple(np.shape(j))
-            if ts is not None and declared:
-                js = jspecs[m]
-                moved = to_nnx(t, *_placeholders(ts[1], js[1]), shape) if js is not None and js[0] == ts[0] else None
-            elif ts is not None:
-                moved = to_nnx(t, ts[1], _nnx_default(ts[1]), shape)
-                moved = _nearer(j, moved, t) if moved is not None and t.shape == shape else moved
-                moved = t if moved is None and t.shape == shape else moved
-            else:
-                moved = _by_shape(t, shape, j)
+            moved = None if m in used else _fit(np.asarray(t), tspecs[n], j, jspecs[m], declared)
             if moved is not None:
                 used.add(m)
                 out.append((n, m, moved))

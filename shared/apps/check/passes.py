@@ -1,12 +1,10 @@
 """One pass of a check (one dtype), compared as it goes: the checker's runs of both sides.
 
-The mixin `Passes` gives checker._Checker its passes: copies of both models in the dtype, the
-torch weights mapped into the NNX layout (and loaded: transfer), the recorded run of each side
-(every submodule's output, the loss, every gradient), then the K optimizer steps, each side's
-step yielded by its backend's `port_run.steps` and judged (compare.Judge) before the next is asked
-for. Only one step of each side is alive at a time, and a dtype's arrays are gone before the next
-dtype starts: the peak is one pass's working set (budget.py), which lets GPT-2 small (124 M) be
-checked in 13 GB. The float64 arrays of a difference are kept for the diagnosis and its replays.
+The mixin `Passes` gives checker._Checker its float64 / float32 passes (precision.py the bfloat16 one):
+copies of both models in the dtype, the torch weights mapped into the NNX layout (loaded: transfer), each
+side's recorded run (every submodule's output, the loss, every gradient), then the K steps, each judged
+(compare.Judge) before the next is asked for: one step of each side alive, a dtype's arrays gone before the
+next starts (GPT-2 small in 13 GB). The float64 arrays of a difference are kept for the diagnosis.
 """
 
 from __future__ import annotations
@@ -17,8 +15,9 @@ import numpy as np
 
 from . import budget, flow
 from .compare import Judge, Pass, backward_rows
+from .guards import _WIDTH, Guards, _cast
 from .match import Plan, PortInputError, plan
-from .noise import NOISE64, ROUNDING_BOUND, noise_entries
+from .noise import NOISE64, OWN_STEP, ROUNDING_BOUND, noise_entries
 
 __all__ = ["Passes"]
 
@@ -52,47 +51,8 @@ def _sums(values: Mapping[str, np.ndarray], keys=None) -> dict[str, float]:
             if (keys is None or k in keys) and np.asarray(v).dtype.kind == "f"}  # fmt: skip
 
 
-def _cast(batch: Mapping[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
-    return {k: v.astype(dtype) if v.dtype.kind == "f" else v for k, v in batch.items()}
-
-
-class Passes:
+class Passes(Guards):
     """The passes of checker._Checker (its models, losses, optimizers, steps and backends)."""
-
-    def _impl(self, fn, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except ValueError as exc:
-            raise PortInputError(str(exc)) from exc
-
-    def _native(self, jm, pl: Plan, canonical: dict, grad: bool = False) -> tuple[dict, dict, dict]:
-        return self._impl(self.J.to_native, jm, pl.to_jax(canonical), grad=grad)
-
-    def _copies(self, dtype: str) -> tuple:
-        """Copies of both of the user's models in `dtype` (theirs are never touched)."""
-        return self._impl(self.T.copy_model, self.models[0], dtype), self._impl(
-            self.J.copy_model, self.models[1], dtype
-        )
-
-    def _repeatable(self, dtype: str) -> None:
-        """Refuse a forward that draws random numbers (dropout left on where no module says so: F.dropout's
-        training=True): its differences would be read as the port's. Two losses of fresh copies must agree."""
-        tm, jm = self._copies(dtype)  # copies: a train-mode BatchNorm moves its running statistics
-        batch = _cast(self.batch, dtype)
-        for name, runs, model, loss in (
-            ("torch_loss", self.TR, tm, self.losses[0]),
-            ("jax_loss", self.JR, jm, self.losses[1]),
-        ):
-            pair = self._impl(runs.repeat_loss, model, batch, loss, dtype)
-            if pair is None:  # no random state to draw from (a JAX model without nnx.Rngs)
-                continue
-            first, second = pair
-            if abs(first - second) > 1e-6 * max(abs(first), abs(second)):  # one program on one input: equal
-                raise PortInputError(
-                    f"{name}: expected the same loss twice on the same weights and batch, got {first!r} and "
-                    f"{second!r}: the forward draws random numbers (dropout left on: F.dropout(x, p) trains unless "
-                    "given training=False; nnx.Dropout needs deterministic=True); check the model in eval mode"
-                )
 
     def _start(self, dtype: str) -> tuple:
         """Copies of both models in `dtype`, the NNX one holding torch's weights (transfer) or its own."""
@@ -105,15 +65,14 @@ class Passes:
         """One dtype's check, compared as it goes: the weights and the recorded run, then each step as
         both sides yield it, so one step of each side is alive, not K (rows appended to `rows`). In
         float64 the arrays of a difference are kept for the diagnosis, and the steps from the first one on."""
-        T, J = self.T, self.J
-        tm, jm = self._copies(dtype)
+        T, J, stage = self.T, self.J, self.stages
+        with stage("copies and weights"):
+            tm, jm = self._copies(dtype)
+            tstruct, jstruct = self._impl(T.structure, tm), J.structure(jm)
+            pl = plan(tstruct, jstruct, self.mapping)
+            weights = T.read(tm)
         p = Pass(dtype)
-        tstruct, jstruct = self._impl(T.structure, tm), J.structure(jm)
-        if dtype == "float64":  # before the big allocations: refused up front, never killed mid-check
-            budget.require(budget.parameters(tstruct), self.k, self.dtypes)
-        pl = plan(tstruct, jstruct, self.mapping)
         self.plan, self.structures = pl, (tstruct, jstruct)
-        weights = T.read(tm)
         if not any(weights.values()):
             raise PortInputError("torch_model: expected parameters or buffers to compare, got none")
         for unit, leaves in weights.items():  # the reference must be a number: NaN would equal NaN
@@ -121,28 +80,33 @@ class Passes:
                 if not np.all(np.isfinite(value)):
                     name = next(u["leaves"][leaf]["source"] for u in tstruct["units"] if u["path"] == unit)
                     raise PortInputError(f"torch_model: expected finite weights, got NaN / inf in {name}")
-        p.expected, p.sources, p.dropped = self._native(jm, pl, weights)
+        with stage("copies and weights"):
+            p.expected, p.sources, p.dropped = self._native(jm, pl, weights)
         del weights
         left = sorted(set(jstruct["variables"]) - set(p.expected))
         if left:
             shapes = ", ".join(f"{k} {jstruct['variables'][k]['shape']}" for k in left)
             raise PortInputError(f"the models' parameter sets differ: NNX leaves no torch parameter reaches: {shapes}")
-        if self.transfer:
-            self._impl(J.load, jm, pl.to_jax(T.read(tm)), strict=False)
-        # a leaf loaded as torch's shares its array with `expected`: one copy of the start, not two
-        p.actual = {k: p.expected[k] if _same(v, p.expected.get(k)) else v for k, v in J.native(jm).items()}
+        with stage("copies and weights"):
+            if self.transfer:
+                self._impl(J.load, jm, pl.to_jax(T.read(tm)), strict=False)
+            # a leaf loaded as torch's shares its array with `expected`: one copy of the start, not two
+            p.actual = {k: p.expected[k] if _same(v, p.expected.get(k)) else v for k, v in J.native(jm).items()}
         batch = _cast(self.batch, dtype)
         wide = dtype == "float64"
         untied = {key for group in pl.untied for key, _ in group}
         keep = lambda r: wide and (not r.ok or (r.section == "grads" and r.key in untied))  # noqa: E731
         judge = Judge(p, pl, self.transfer, keep, noise=None if wide else self.noise)
+        if wide and "bfloat16" in self.dtypes:  # the bfloat16 pass judges each side against these
+            judge.truth = self.truth
         # the pass's own models are the start: each side trains its copy in place (a replay makes new ones)
         torch_steps, p.torch = self._torch_side(tm, jm, pl, batch, dtype)
         loss = np.asarray(p.torch["loss"])
         if not np.all(np.isfinite(loss)):
             raise PortInputError(f"torch_loss: expected a finite loss on the batch ({dtype}), got {loss}")
         jax_steps, p.jax = self._jax_side(jm, batch, dtype)
-        self._torch_grads(p, jm, pl)
+        with stage("copies and weights"):
+            self._torch_grads(p, jm, pl)
         if wide:
             p.flow = flow.states(p)
             tg = p.torch["grads_native"]
@@ -151,7 +115,9 @@ class Passes:
             self.noise = noise_entries(tg, p.jax["grads"])  # for the float32 pass's steps
             # and this pass's: a gradient that is a zero's rounding on both sides, Adam scales to lr
             judge.noise, judge.noise_why = noise_entries(tg, p.jax["grads"], ROUNDING_BOUND), NOISE64
-        parted = not all(r.ok for r in judge.run())
+            self.zeros = judge.noise  # zero in exact arithmetic: the bfloat16 pass leaves them out too
+        with stage("comparison"):
+            parted = not all(r.ok for r in judge.run())
         if not (wide and parted):  # judged and matched: the outputs and gradients go (a replay skips them)
             p.torch.update(outputs={}, grads_native={})
             p.jax.update(outputs={}, grads={})
@@ -160,15 +126,18 @@ class Passes:
         for s in range(1, self.k + 1):
             # one step of each side alive: the last one's arrays are gone before the next is asked for
             # (JAX donates its state to the update; a numpy view of it would force a copy)
-            ts, js = next(torch_steps), next(jax_steps)
+            ts, js = next(torch_steps), next(jax_steps)  # each side's generator times itself (_timed)
             ts["step"] = js["step"] = s
+            if wide and s == 1 and self.user_steps[1] is not None and np.asarray(js["loss"]).dtype != np.float64:
+                judge.narrow_steps(OWN_STEP)
             for side, st in (("torch", ts), ("jax", js)):  # a skipped step (GradScaler on inf / nan): nothing moved
                 now = _sums(st["values"], sums[side])
                 if now == sums[side]:
                     self.report.skipped.setdefault(dtype, {}).setdefault(side, []).append(s)
                 sums[side] = now
             p.step_dropped |= set(ts.pop("dropped"))
-            parted = not all(r.ok for r in judge.step(s, ts, js)) or parted
+            with stage("comparison"):
+                parted = not all(r.ok for r in judge.step(s, ts, js)) or parted
             # from the first difference on, the diagnosis (and its replays) read the steps, while they fit
             if wide and parted and not keep_full:
                 keep_full = not budget.room(2 * sum(np.asarray(v).nbytes for v in js["values"].values()))
@@ -199,6 +168,10 @@ class Passes:
         layout: list = []  # the NNX model a torch-side replay maps onto (never trained: only its layout is read)
 
         def replay(knob: str, side: str = "torch") -> Pass:
+            with stage("replays"):
+                return _replay(knob, side)
+
+        def _replay(knob: str, side: str) -> Pass:
             q = Pass(dtype, p.expected, p.actual, p.sources, dropped=p.dropped, orders=p.orders)
             kept = {st["step"] for st in p.jax_steps}
             if side == "torch":  # JAX's run is the pass's: one NNX copy per pass to map torch's arrays onto
@@ -217,10 +190,18 @@ class Passes:
             return q
 
         p.replay = replay
+        if wide:
+            self.values64 = (
+                p.values
+            )  # the float64 differences kept: the bfloat16 pass's truth of the port where it parts
         return p
 
     def _backward(self, p: Pass) -> list:
         """The float64 rows of the gradient arriving at each module (fresh copies of both models)."""
+        with self.stages("backward"):
+            return self._backward_rows(p)
+
+    def _backward_rows(self, p: Pass) -> list:
         tm, jm = self._start("float64")
         batch = _cast(self.batch, "float64")
         tcot = self._impl(self.TR.cotangents, tm, batch, self.losses[0], "float64")
@@ -231,7 +212,10 @@ class Passes:
         grads = p.torch.pop("grads")  # canonical: mapped to the NNX layout, then let go
         none = {f"{u}/{leaf}" for u, g in grads.items() for leaf, v in g.items() if v is None}
         filled = {
-            u: {leaf: (np.zeros(self._shape(u, leaf), p.dtype) if v is None else v) for leaf, v in g.items()}
+            u: {
+                leaf: (np.zeros(self._shape(u, leaf), _WIDTH.get(p.dtype, p.dtype)) if v is None else v)
+                for leaf, v in g.items()
+            }
             for u, g in grads.items()
         }
         del grads
@@ -250,9 +234,31 @@ class Passes:
         except ValueError as exc:
             raise PortInputError(str(exc)) from exc
 
+    def _timed(self, stage: str, steps: Iterator[dict]) -> Iterator[dict]:
+        """`steps`, each one's work counted in `stage`."""
+        while True:
+            with self.stages(stage):
+                step = next(steps, None)
+            if step is None:
+                return
+            yield step
+            del step
+
     def _torch_side(self, tm, jm, pl: Plan, batch, dtype, knob=None) -> tuple[Iterator[dict], dict]:
         """torch's recorded run from the start `tm` and its K steps, a generator training `tm` in place
         (each step mapped to the NNX layout as it comes). With an optimizer the run is the first step's."""
+        with self.stages("torch"):
+            steps, run = self._torch_run(tm, jm, pl, batch, dtype, knob)
+        return self._timed("torch", steps), run
+
+    def _jax_side(self, jm, batch, dtype, knob=None) -> tuple[Iterator[dict], dict]:
+        """JAX's recorded run from the start `jm` and its K steps, a generator training `jm` in place
+        (one compile when an optimizer is given: the run is the first step's)."""
+        with self.stages("jax"):
+            steps, run = self._jax_run(jm, batch, dtype, knob)
+        return self._timed("jax", steps), run
+
+    def _torch_run(self, tm, jm, pl: Plan, batch, dtype, knob=None) -> tuple[Iterator[dict], dict]:
         T, TR = self.T, self.TR
         if not self.k:
             return iter(()), self._impl(TR.run_loss, tm, batch, self.losses[0], dtype, knob=knob)
@@ -270,9 +276,7 @@ class Passes:
 
         return mapped(), run
 
-    def _jax_side(self, jm, batch, dtype, knob=None) -> tuple[Iterator[dict], dict]:
-        """JAX's recorded run from the start `jm` and its K steps, a generator training `jm` in place
-        (one compile when an optimizer is given: the run is the first step's)."""
+    def _jax_run(self, jm, batch, dtype, knob=None) -> tuple[Iterator[dict], dict]:
         J, JR = self.J, self.JR
         wrt = {"wrt": self.wrt} if self.wrt else {}
         if not self.k:

@@ -4,9 +4,10 @@ Each of WORKED has a correct port, which must match to 1e-10 relative in float64
 with one catalogue bug each (the JAX module's VARIANTS: variant -> pitfall id), whose report must
 name that bug. Each of REAL is a model of the transformers library, unmodified, from a tiny config
 with random init (transformers is a test dependency, imported only when one of them is used): its
-correct port matches (Llama "match, explained": HF computes its RMSNorm and rotary table in
-float32); its buggy ports are bugs of real ports, "" in VARIANTS where no catalogue pitfall names
-them, and must be reported as differing. `case` turns one into check_port's arguments;
+correct port matches in every pass, bfloat16 included (Llama and Qwen2 keep HF's float32 casts, which
+the float64 pass widens on both sides); its buggy ports are bugs of real ports, "" in VARIANTS where no
+catalogue pitfall names them, "precision" where only the bfloat16 pass sees them, and must be reported
+as differing. `case` turns one into check_port's arguments;
 `check_worked` runs it.
 """
 
@@ -22,8 +23,8 @@ __all__ = ["WORKED", "REAL", "variants", "steps_for", "case", "check_worked", "p
 
 WORKED = ("cnn", "gru", "transformer")
 # transformers' models: LlamaForCausalLM (grouped-query attention), BertForMaskedLM, ViTForImageClassification,
-# GPT2LMHeadModel (HF's Conv1D)
-REAL = ("llama", "bert", "vit", "gpt2")
+# GPT2LMHeadModel (HF's Conv1D), Qwen2ForCausalLM (an island family: q / k / v biases)
+REAL = ("llama", "bert", "vit", "gpt2", "qwen2")
 
 
 def _known(name: str) -> None:

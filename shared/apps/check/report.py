@@ -8,16 +8,18 @@ torch name it came from.
 
 from __future__ import annotations
 
-import io
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+
+from . import text
 
 __all__ = ["Row", "Hint", "FlowLine", "PortReport", "PortMismatch"]
 
 # "backward": the gradient arriving at each module's output, compared where the forward matched and the
 # gradients did not (a stop, a custom VJP, a detach inside a block)
-SECTIONS = ("weights", "outputs", "loss", "grads", "backward", "steps")
+# "precision": the bfloat16 pass's float32 the reference keeps (a softmax, a norm's statistics) that the port keeps too
+SECTIONS = ("weights", "outputs", "loss", "grads", "backward", "steps", "precision")
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Row:
     problem: str = ""
     used: float = float("nan")  # the largest |jax - torch| over its bound (<= 1 passes)
     explained: str = ""  # ok only at the precision the reference itself computed in (a float32 island)
+    reference: float = float("nan")  # the bfloat16 pass: the reference's own error against float64 truth
 
     @property
     def where(self) -> str:
@@ -89,6 +92,9 @@ class PortReport:
     order: list[str] = field(default_factory=list)  # torch's modules (dotted) in the order their forward finished
     skipped: dict = field(default_factory=dict)  # dtype -> side -> the steps that moved no leaf (a skipped update)
     feeds: dict = field(default_factory=dict)  # torch module (dotted) -> the modules whose outputs it took as inputs
+    factor: float = 0.0  # the bfloat16 pass: the port's error allowed, in multiples of the reference's own
+    profile: dict = field(default_factory=dict)  # where the time went: stages.Stages.profile
+    line: dict | None = None  # where the float64 forward parts, to the port's line (line.py)
 
     def interval(self) -> tuple[str, list[str], str] | None:
         """Where the float64 forward parts: (the last module before the first parting whose outputs match, the
@@ -172,30 +178,8 @@ class PortReport:
         return out
 
     def rich_table(self):
-        """The summary as a rich Table (the CLI prints it)."""
-        from rich.table import Table
-
-        table = Table(title="detach-parity check: JAX port vs torch", header_style="bold")
-        for col in (
-            "dtype",
-            "section",
-            "compared",
-            "failed",
-            "max |jax-torch|",
-            "of tolerance",
-            "worst leaf",
-            "verdict",
-        ):
-            table.add_column(col, justify="right" if col in ("compared", "failed") else "left")
-        for s in self.summary():
-            verdict = (
-                "[red]DIFFERS[/]" if not s["ok"] else "[yellow]no update[/]" if s["unchecked"] else "[green]match[/]"
-            )
-            table.add_row(
-                s["dtype"], s["section"], str(s["compared"]), str(s["failed"]),
-                f"{s['max_abs']:.2e}", f"{s['used']:.2g}", s["worst"], verdict,
-            )  # fmt: skip
-        return table
+        """The summary as a rich Table (the CLI prints it): text.rich_table."""
+        return text.rich_table(self)
 
     @property
     def explained(self) -> list[Row]:
@@ -203,67 +187,25 @@ class PortReport:
         return [r for r in self.rows if r.ok and r.explained]
 
     def verdict(self) -> str:
-        """ "match", "match, explained" (differences the reference's own float32 computing explains), "match,
+        """ "match" (a module boundary drawn elsewhere, or outputs differing only where the loss never reads, are
+        stated facts), "match, explained" (differences judged
+        at float32's bound where an island could not be widened, or rounding noise Adam scales), "match,
         steps unchecked" (the K steps moved no trainable weight: the update was not seen) or "differs"."""
         if not self.ok:
             return "differs"
         if self.unmoved:
             return "match, steps unchecked"
-        return "match, explained" if self.explained else "match"
+        facts = ("boundary:", "unread:")  # a module boundary drawn elsewhere, entries the loss never reads
+        return "match, explained" if any(not r.explained.startswith(facts) for r in self.explained) else "match"
 
     def lines(self) -> list[str]:
-        """What the table does not show: the first parting per dtype, dropped weights, flow mismatches, hints."""
-        out = []
-        for dtype in ("float64", "float32"):
-            row = self.first_parting(dtype)
-            if row is not None:
-                step = f" step {row.step}" if row.step else ""
-                what = row.problem or f"max |jax-torch| {row.max_abs:.3g}"
-                out.append(f"{dtype}: first parting at {row.section}{step} {row.key} (torch {row.torch}): {what}")
-        span = self.interval()
-        if span is not None and (span[0] or span[1]):
-            after = f"after {span[0]} (its output matches)" if span[0] else "from the start"
-            between = f"; torch modules on the way or feeding it, with no NNX twin to compare: {', '.join(span[1])}"
-            between = between if span[1] else ""
-            out.append(f"float64: the forward parts {after}, at {span[2]}{between}")
-        back = self.backward_parting()
-        if back is not None:
-            out.append(
-                f"float64: backward parting at {back.key} (torch {back.torch}): its output matches, the gradient "
-                f"arriving at it differs ({back.problem or f'max |jax-torch| {back.max_abs:.3g}'}): a stop, detach or "
-                "custom VJP between it and the modules downstream, whose gradients match"
-            )
-        out += [f"dropped: {line}" for line in self.dropped]
-        out += [f"gradient flow: {f.text}" for f in self.mismatches]
-        out += [f"hint: {h}" for h in self.hints]
-        out += [f"note: {n}" for n in self.notes]
-        for why in dict.fromkeys(r.explained for r in self.explained):
-            rows = [r for r in self.explained if r.explained == why]
-            worst = max(rows, key=lambda r: _num(r.max_rel))
-            judged = "judged at float32 precision from there" if why.startswith("float64 pass") else "so judged"
-            out.append(
-                f"explained: {why}; {len(rows)} quantities {judged} "
-                f"(the largest difference {worst.max_rel:.1e} relative, at {worst.where})"
-            )
-        verdict = {
-            "match": "the port matches",
-            "differs": "the port DIFFERS",
-            "match, steps unchecked": f"the port matches up to the steps; its {self.unmoved} steps moved no "
-            "trainable weight on either side, so the update is unchecked (more --steps, or a learning rate above 0)",
-        }.get(self.verdict(), "the port matches, with a difference the reference's own float32 computing explains")
-        out.append("verdict: " + verdict)
-        return out
+        """What the table does not show: the first parting per dtype, dropped weights, flow mismatches, hints,
+        notes, what is explained and the verdict (text.lines)."""
+        return text.lines(self)
 
     def table(self) -> str:
         """The whole report as plain text: the summary table, then `lines()`."""
-        from rich.console import Console
-
-        buf = io.StringIO()
-        console = Console(file=buf, width=160, color_system=None, highlight=False)
-        console.print(self.rich_table())
-        for line in self.lines():
-            console.print(line, markup=False)
-        return buf.getvalue()
+        return text.table(self)
 
     def to_json(self) -> dict:
         """Everything as JSON-ready data (non-finite numbers as null)."""
@@ -272,6 +214,7 @@ class PortReport:
             "verdict": self.verdict(),
             "explained": [{"where": r.where, "why": r.explained, "max_rel": _js(r.max_rel)} for r in self.explained],
             "settings": self.settings,
+            "factor": self.factor or None,  # the bfloat16 pass's allowed error ratio, where it ran
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
             "summary": [{k: _js(v) for k, v in s.items()} for s in self.summary()],
             "failed": [{k: _js(v) for k, v in asdict(r).items()} for r in self.rows if not r.ok],
@@ -283,6 +226,8 @@ class PortReport:
             "interval": (lambda s: s and {"after": s[0], "unpaired": s[1], "at": s[2]})(self.interval()),
             "dropped": list(self.dropped),
             "notes": list(self.notes),
+            "profile": self.profile,
+            "line": self.line,
         }
 
 

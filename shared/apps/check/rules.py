@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from ..backends import backend
 from .match import PortInputError
 
-__all__ = ["Rule", "register_rule"]
+__all__ = ["Rule", "register_rule", "registered"]
 
 _ROOTS = {"torch.nn.modules.module.Module": "torch", "flax.nnx.module.Module": "jax"}
+_LIVE: list[Rule] = []  # registered and not removed: registered()
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Rule:
         """Unregister the rule (a second call does nothing)."""
         self._remove()
         self._remove = lambda: None
+        _LIVE[:] = [r for r in _LIVE if r is not self]
 
     def __enter__(self) -> Rule:
         return self
@@ -97,4 +99,11 @@ def register_rule(module_type: type, leaves: Mapping[str, str | tuple[str, tuple
         remove = backend(framework).port.register(module_type, table)
     except ValueError as exc:
         raise PortInputError(f"register_rule: {exc}") from None
-    return Rule(module_type, framework, table, remove)
+    rule = Rule(module_type, framework, table, remove)
+    _LIVE.append(rule)
+    return rule
+
+
+def registered() -> tuple[Rule, ...]:
+    """The rules registered and not removed, oldest first (the diagnosis replays the leaves they declare)."""
+    return tuple(_LIVE)

@@ -59,7 +59,7 @@ def loss(model: LlamaForCausalLM, batch: dict[str, torch.Tensor]) -> torch.Tenso
     Not the model's labels= loss: that casts the logits to float32, and a float32 loss in the
     float64 pass has a dtype the check refuses to compare.
     """
-    logits = model(input_ids=batch["input_ids"]).logits[:, :-1]
+    logits = model(input_ids=batch["input_ids"]).logits[:, :-1].float()  # as HF's labels= loss: in float32
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
 
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from . import attention, flow, layers, layouts, norms, numerics, optimizers
+from . import attention, flow, layers, layouts, norms, numerics, optimizers, precision
 from .kinds import Diagnosis, Replay, Signature
 
 __all__ = ["Diagnosis", "Replay", "Signature", "CATALOGUE", "get", "replays", "signatures"]
 
 CATALOGUE: dict[str, Diagnosis] = {
-    d.id: d for m in (norms, layouts, numerics, attention, layers, optimizers, flow) for d in m.RECORDS
+    d.id: d for m in (norms, layouts, numerics, attention, layers, optimizers, flow, precision) for d in m.RECORDS
 }
 
 

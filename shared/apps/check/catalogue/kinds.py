@@ -12,6 +12,8 @@ Signature kinds, and what the engine (../diagnose.py) hands each one:
            at step 0 (moved False: confirmed, the loader's reason `why`), or one that torch's
            steps move away from its initial value (moved True: a hypothesis).
   float32  fn(report) -> (where, evidence) | None, when float64 matches and float32 does not.
+  bfloat16 fn(report) -> [(where, evidence)], when float64 matches and the bfloat16 pass does not (its rows:
+           each side's error against float64 truth, and the float32 the reference keeps: precision.py).
   flow     fn(line, report) -> evidence | None, for each gradient-flow line that does not match.
   backward fn(row, j, t) -> evidence | None, for the backward parting (report.backward_parting): the first
            module, in backward order, whose output matches and whose incoming gradient does not (j, t: the
@@ -30,7 +32,7 @@ import numpy as np
 
 __all__ = ["Replay", "Signature", "Diagnosis", "StepContext", "KINDS", "table"]
 
-KINDS = ("values", "steps", "config", "dropped", "float32", "flow", "ties", "backward")
+KINDS = ("values", "steps", "config", "dropped", "float32", "bfloat16", "flow", "ties", "backward")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,10 @@ class Replay:
     near_rounding: only for a float32-sized difference in float64 (a precision replay costs compiles).
     per_module: where the replay of every module fails, tried on each module of its types alone ("knob@path"):
       a port with the bug in one BatchNorm of several.
+    per_leaf: never run as it is: tried on each leaf a registered rule declares, with each other arrangement of
+      its axes that keeps its shape ("knob@paths:leaf=axes", the rule's modules at once): a rule's wrong permutation.
+    unread: never run as a bug's replay: tried where outputs differ only in entries the loss never reads (the
+      gradient arriving there is zero on both sides, ../unread.py), to say why they differ (fully masked rows).
     """
 
     side: str
@@ -56,6 +62,8 @@ class Replay:
     needs_steps: bool = False
     near_rounding: bool = False
     per_module: bool = False
+    per_leaf: bool = False
+    unread: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
-"""Layouts and parameter slots: P07 a Linear's layout, P08 GRU's b_hn, P09 LSTM / GRU layouts, P11 padding row,
-P18 weights never copied (the port's own initialisation),
-and the flatten order of a CNN's features before its dense head (a P07 replay)."""
+"""Layouts and parameter slots: P07 a Linear's layout or a registered rule's permutation, P08 GRU's b_hn, P09
+LSTM / GRU layouts, P11 padding row, P18 weights never copied (the port's own initialisation), and the flatten order
+of a CNN's features before its dense head (a P07 replay)."""
 
 from __future__ import annotations
 
@@ -146,6 +146,14 @@ RECORDS = (
                 title="a Linear's layout in the port's forward: x @ kernel.T on an [in, out] kernel (torch's "
                 "x Wᵀ written against Flax's layout, which needs x @ kernel)",  # the weights match: not the loader
                 modules=frozenset({"Linear"}),
+            ),
+            Replay(
+                "torch",
+                "leaf_permuted",
+                "the leaf a registered rule declares read with its axes permuted (another permutation than the rule's)",
+                title="a rule's layout: the port reads a leaf in another arrangement of its axes than its "
+                "register_rule declares",
+                per_leaf=True,
             ),
         ),
         signatures=(Signature("values", _not_gates, section="weights"),),

@@ -1,5 +1,5 @@
-"""Numerics and conventions of the forward: P03 ties at kinks, P04 GELU, P12 mask polarity, P13 where, P14 a
-loss broadcast, P15 a skipped step, P16 precision."""
+"""Numerics and conventions of the forward: P03 ties at kinks, P04 GELU, P12 mask polarity and fully masked rows,
+P13 where, P14 a loss broadcast, P15 a skipped step, P16 precision."""
 
 from __future__ import annotations
 
@@ -98,6 +98,23 @@ RECORDS = (
                 "the padding mask inverted in every HF attention (1 = attend read as 1 = masked)",
                 title="padding mask polarity inverted",
                 modules=frozenset({"attention"}),
+            ),
+            Replay(
+                "torch",
+                "sdpa_mask_inverted",
+                "every boolean mask given to F.scaled_dot_product_attention inverted (True = attend, as "
+                "jax.nn.dot_product_attention reads it: the port passes the mask's complement)",
+                title="the attention mask's complement passed to jax.nn.dot_product_attention",
+            ),
+            Replay(
+                "torch",
+                "masked_rows_uniform",
+                "every fully masked attention row (a query that sees no key) averages the values uniformly, as "
+                "jax.nn.dot_product_attention's large negative fill does (torch's scaled_dot_product_attention "
+                "returns zeros there)",
+                title="a fully masked attention row: torch's scaled_dot_product_attention returns zeros, "
+                "jax.nn.dot_product_attention a uniform average over the keys",
+                unread=True,
             ),
         ),
     ),
