@@ -195,11 +195,12 @@ def summary(rows: list[dict]) -> dict:
         "catalogue_kinds": len(known), "named": count(known, "named"),
         "misleading": count(buggy, "misleading"), "missed": count(buggy, "missed"),
         "placed": sum(r.get("located") is not None for r in buggy), "located": sum(r.get("located") is True for r in buggy),
+    } | ({  # a run from before the port line was reported (rounds 1–7 as first stored) has no line to score
         "lines_keyed": sum(r.get("line_right") is not None for r in buggy),
         "lines_right": sum(r.get("line_right") is True for r in buggy),
         "relations_keyed": sum(r.get("relation_right") is not None for r in buggy),
         "relations_right": sum(r.get("relation_right") is True for r in buggy),
-    }  # fmt: skip
+    } if any("line_right" in r for r in rows) else {})  # fmt: skip
 
 
 def markdown(rows: list[dict], result: dict, source: str, folder: str = "round1") -> str:
