@@ -32,7 +32,7 @@ import optax
 from flax import nnx
 
 from .._common import numpy as as_numpy
-from .port import _sequential_alias
+from .port import _key, _sequential_alias
 from .precision import _INLINE, _Interpreter, settings
 from .precision import batch as _batch
 from .programs import jitted
@@ -44,15 +44,26 @@ _BACKEND = Path(__file__).parent
 _LIBRARIES = tuple(str(Path(m.__file__).parent) for m in (jax, flax, optax, np))
 
 
+def _ours(name: str) -> bool:
+    return not (name.startswith(_LIBRARIES) or Path(name).parent == _BACKEND or "/shared/apps/" in name)
+
+
 def _user_line(traceback) -> list:
     """The innermost frame of the port's own code: [file, line, text] (a library's call site where none is)."""
     frames = traceback.frames if traceback is not None else []
     for frame in frames:  # innermost first
-        name = frame.file_name
-        if name.startswith(_LIBRARIES) or Path(name).parent == _BACKEND or "/shared/apps/" in name:
-            continue
-        return [name, frame.line_num, linecache.getline(name, frame.line_num).strip()]
+        if _ours(frame.file_name):
+            return [frame.file_name, frame.line_num, linecache.getline(frame.file_name, frame.line_num).strip()]
     return ["?", 0, ""]
+
+
+def _user_stack(traceback) -> tuple[list, bool]:
+    """The port's own frames, innermost first, as [file, line, function's first line] (a frame's identity beside
+    its line), and whether the innermost frame of all is a library's (an nnx.Linear's dot: computed by a library
+    from what the port passed it)."""
+    frames = traceback.frames if traceback is not None else []
+    ours = [[f.file_name, f.line_num, f.function_start_line] for f in frames if _ours(f.file_name)]
+    return ours, bool(frames) and not _ours(frames[0].file_name)
 
 
 def _assignment(cls: type, attr: str) -> list | None:
@@ -94,6 +105,18 @@ def _built(model) -> dict[str, list]:
     return out
 
 
+def _own_call(model, target: str) -> list | None:
+    """[file, first line] of the __call__ of the module whose named scope is `target`; None for the loss or a
+    module whose call has no Python code."""
+    modules = dict(nnx.iter_modules(model))
+    alias = _sequential_alias(modules)
+    module = next((m for p, m in modules.items() if scope(_key(alias(p))) == target), None)
+    mro = type(module).__mro__ if module is not None else ()
+    call = next((vars(c)["__call__"] for c in mro if "__call__" in vars(c)), None)
+    code = getattr(call, "__code__", None)
+    return [code.co_filename, code.co_firstlineno] if code is not None else None
+
+
 def _in(scope_path: str, target: str) -> bool:
     parts = scope_path.split("/")
     return "(model)" not in parts if target == "(loss)" else target in parts
@@ -112,6 +135,7 @@ class _Recording(_Interpreter):
         self.ids: dict[int, int] = {}  # id(value) -> index (the values are kept alive in self.values)
         self.sites: list = []  # the call site of each library function being inlined (its equations' line)
         self.count = 0  # the equations of the scope so far: a slot's first number, the same in every trace
+        self.own = None  # [file, first line] of the module's own __call__ (its frame in each value's stack)
 
     def known(self, x) -> int:
         """The index of a value an equation reads: recorded as the module's input or parameter where new."""
@@ -146,7 +170,9 @@ class _Recording(_Interpreter):
                     for o, x in enumerate(outs)]  # fmt: skip
         # a constant (a literal, an array built at trace time) is no value of the module's to pair
         inputs = [self.known(x) for x in vals if _numeric(x)]
-        line = _user_line(self.sites[-1] if self.sites and self.sites[-1] is not None else eqn.source_info.traceback)
+        site = self.sites[-1] if self.sites and self.sites[-1] is not None else eqn.source_info.traceback
+        line, (stack, library) = _user_line(site), _user_stack(site)
+        library = library or bool(self.sites and self.sites[-1] is not None)  # inlined from a library's function
         # inside a library module the port built (an nnx.GroupNorm): the line that built it holds its settings
         built = next((self.built[p] for p in reversed(here.split("/")) if p in self.built), None)
         for o, x in enumerate(outs):
@@ -154,7 +180,8 @@ class _Recording(_Interpreter):
                 self.ids[id(x)] = len(self.values)
                 self.values.append(x)
                 self.meta.append({"kind": "op", "op": eqn.primitive.name, "line": line, "inputs": inputs,
-                                  "slot": (self.count, o), "built": built})  # fmt: skip
+                                  "slot": (self.count, o), "built": built, "stack": stack,
+                                  "library": library, "own": self.own})  # fmt: skip
         return outs
 
 
@@ -188,6 +215,7 @@ def inside(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, path: str,
     target = "(loss)" if path == "(loss)" else scope(path)
     if target != "(loss)" and target not in names:
         raise ValueError(f"inside: no NNX module at {path!r} (its modules: {sorted(names.values())[:8]} ...)")
+    own = _own_call(model, target)
     with settings(dtype):
         b = _batch(batch, dtype)
         graphdef, state = nnx.split(model)
@@ -207,7 +235,10 @@ def inside(model, batch: Mapping[str, np.ndarray], loss_fn: Callable, path: str,
         def evaluate(flat, b, probes=None):
             args = jax.tree.leaves((flat, b))
             params = {id(x): ("param", name) for (name, _), x in zip(leaves, flat, strict=True)}
+            # the batch is the same on both sides by construction: a value to build on, not one to pair
+            params |= {id(x): ("batch", jax.tree_util.keystr(k)) for k, x in jax.tree_util.tree_flatten_with_path(b)[0]}
             run = _Recording(names, target, params, probes, built)
+            run.own = own
             out = run.run(closed.jaxpr, closed.consts, args)
             if probes is None:
                 meta[:] = run.meta

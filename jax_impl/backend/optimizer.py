@@ -81,28 +81,43 @@ def _reference(torch: Mapping) -> list[tuple[str, optax.GradientTransformation]]
             return l2 + adam + rate
         decay = [(f"decoupled weight decay {wd:g} (AdamW)", optax.add_decayed_weights(wd))] if wd else []
         return adam + decay + rate
+    if kind == "RMSprop":  # torch: g / (sqrt(v) + eps), v centred by the mean gradient's square where `centered`
+        alpha, eps, m = float(torch.get("alpha", 0.99)), float(torch.get("eps", 1e-8)), float(torch.get("momentum", 0))
+        centered = bool(torch.get("centered"))
+        scale = optax.scale_by_stddev if centered else optax.scale_by_rms
+        rms = [(f"RMSprop's {'centred ' if centered else ''}running average (alpha {alpha:g}, eps {eps:g} outside "
+                "the square root)", scale(decay=alpha, eps=eps, eps_in_sqrt=False))]  # fmt: skip
+        moment = [(f"momentum {m:g}", optax.trace(decay=m))] if m else []
+        return l2 + rms + moment + rate
     return None
 
 
 def _run(parts, params: dict, grads: dict) -> list[dict]:
+    # two steps, the second from -0.5 x the gradients: what a part does with its state (Adam's b2, momentum, a
+    # schedule) shows there (from the same gradients twice, Adam's bias-corrected moments would not move)
     updates = {k: jnp.asarray(v) for k, v in grads.items()}
+    second = {k: -0.5 * v for k, v in updates.items()}
     p = {k: jnp.asarray(v) for k, v in params.items()}
-    out = [{"name": "the gradients", "path": [], "updates": {k: np.asarray(v) for k, v in grads.items()}}]
+    out = [{"name": "the gradients", "path": [], "updates": {k: np.asarray(v) for k, v in grads.items()},
+            "updates2": {k: as_numpy(v) for k, v in second.items()}}]  # fmt: skip
     for name, path, tx in parts:
         try:
-            updates, _ = tx.update(updates, tx.init(p), p)
+            updates, state = tx.update(updates, tx.init(p), p)
+            second, _ = tx.update(second, state, p)
         except Exception as exc:  # a part made for another tree (a mask of an nnx.State): the stages end here
             out.append({"name": name, "path": list(path), "error": f"{type(exc).__name__}: {exc}"[:200]})
             break
-        out.append({"name": name, "path": list(path), "updates": {k: as_numpy(v) for k, v in updates.items()}})
+        out.append({"name": name, "path": list(path), "updates": {k: as_numpy(v) for k, v in updates.items()},
+                    "updates2": {k: as_numpy(v) for k, v in second.items()}})  # fmt: skip
     return out
 
 
 def stages(optimizer, params: Mapping[str, np.ndarray], grads: Mapping[str, np.ndarray], torch: Mapping) -> dict:
-    """The first step's update after each part of the port's optimizer and of torch's written in optax, from the same
-    gradients and parameters (float64, keyed by the port's leaf paths).
+    """The first two steps' updates after each part of the port's optimizer and of torch's written in optax, from the
+    same gradients and parameters (float64, keyed by the port's leaf paths), each part from its own fresh state.
 
-    Returns {"port": [{"name", "path", "updates": {leaf: array}} per stage, the gradients first], "reference":
+    Returns {"port": [{"name", "path", "updates", "updates2": {leaf: array}} per stage, the gradients first],
+    "reference":
     the same for torch's optimizer, or None where torch's is not one `stages` can write (see _reference)}.
     """
     tx = _transformation(optimizer)

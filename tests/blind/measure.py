@@ -219,9 +219,13 @@ def markdown(rows: list[dict], result: dict, source: str, folder: str = "round1"
         "(blind-round5.md) (16 ports where one module runs twice, BatchNorm statistics move, tied weights, Qwen2, "
         "GPT-NeoX, a 2-layer GRU, gradient clipping), [round 6](blind-round6.md) (27 ports of HF's island families, "
         "Mistral, Gemma, Llama, Qwen2, Mixtral, checked with --bf16: bugs the float32 islands hid, bfloat16-only "
-        "bugs, and kinds the catalogue has no record for), [round 7](blind-round7.md) (the latest: 14 ports in the "
-        "shapes the adversarial pass found refused or misjudged: a LoRA subclass, weight norm, torch.compile, left "
-        "padding, a Mixtral router, hand-written norms under HF's names, a user's own rule).",
+        "bugs, and kinds the catalogue has no record for), [round 7](blind-round7.md) (14 ports in the shapes the "
+        "adversarial pass found refused or misjudged: a LoRA subclass, weight norm, torch.compile, left padding, a "
+        "Mixtral router, hand-written norms under HF's names, a user's own rule), [round 8](blind-round8.md) (49 "
+        "ports of T5, Whisper, Mistral, Gemma2, Mixtral, GPT-NeoX, BERT, CLIP, wav2vec2, ConvNeXt, MobileNetV2, a "
+        "GroupNorm CNN and an LSTM, with kinds outside the catalogue, each keyed with its bug's line and relation: "
+        "the port-line naming was built while measuring them), [round 9](blind-round9.md) (the latest: ports of "
+        "other families keyed the same way, held out from that work and measured once).",
         "",
         f"- correct ports: {sm['matched']} of {sm['correct']} match; {sm['false_alarms']} false alarm(s); "
         f"{sum(r['outcome'] == 'refused' for r in rows if r['kind'] == 'correct')} refused",

@@ -21,7 +21,19 @@ from torch import nn
 
 __all__ = ["facts", "stages"]
 
-_SETTINGS = ("lr", "betas", "eps", "weight_decay", "momentum", "nesterov", "dampening", "amsgrad", "maximize")
+_SETTINGS = (
+    "lr",
+    "betas",
+    "eps",
+    "weight_decay",
+    "momentum",
+    "nesterov",
+    "dampening",
+    "amsgrad",
+    "maximize",
+    "alpha",
+    "centered",
+)
 
 
 def facts(model: nn.Module, optimizer: Callable) -> dict:

@@ -18,6 +18,7 @@ import os
 
 import numpy as np
 
+from .line_frames import lifted, own_line
 from .relation import aligned, relation
 
 __all__ = ["RTOL", "twins", "parting", "locate", "where"]
@@ -103,7 +104,7 @@ def _soundness(port: list[dict], paired: list, bookkeeping_sound: bool, masks=No
     for k, v in enumerate(port):
         value = np.asarray(v["value"])
         if v["kind"] != "op":
-            sound[k] = paired[k] is not None or v["kind"] == "const"
+            sound[k] = paired[k] is not None or v["kind"] in ("const", "batch")
             data[k] = value.dtype.kind == "f"
             continue
         # made from constants alone: a fill value broadcast (finfo.min for a mask) is no value of torch's to pair
@@ -250,7 +251,8 @@ def locate(port: list[dict], torch: list[dict], outputs: list[int] | None = None
     paired = twins(port, torch)
     k = parting(port, paired, torch)
     moved = None if k is None else _misarranged(port, torch, paired, k)
-    if moved is not None and port[moved]["kind"] == "input":  # arranged otherwise before the module: look around it
+    # arranged otherwise before the module (an input, the batch): look around it
+    if moved is not None and port[moved]["kind"] in ("input", "batch"):
         return None
     if moved is not None:  # the same entries as torch's, otherwise arranged: the permutation is the parting
         op, value = port[moved], np.asarray(port[moved]["value"])
@@ -278,8 +280,9 @@ def locate(port: list[dict], torch: list[dict], outputs: list[int] | None = None
         inputs.append(t["line"] if t["kind"] == "op" else ["", 0, f"its {t['kind']} {t['op']}".strip()])
     said = None if place is None else relation(value, np.asarray(torch[place]["value"]))
     built = op.get("built") if k is not None and _settings(first, paired, torch, place) else None
+    line = own_line(op) if k is None else lifted(port, k)
     return {
-        "port": built or op["line"],
+        "port": built or line,
         "called": op["line"] if built else None,
         "op": op["op"],
         "inputs": inputs,

@@ -72,16 +72,16 @@ def locate_optimizer(stages: dict, delta: dict) -> dict | None:
     port, ref = stages["port"], stages["reference"]
     if not ref or "updates" not in ref[-1] or not delta or not _all_close(delta, ref[-1]["updates"]):
         return None
-    last = 0
-    for stage in port[1:]:
-        if "updates" not in stage:
-            return None
-        twin = next(
-            (i for i, r in enumerate(ref) if "updates" in r and _all_close(stage["updates"], r["updates"])), None
-        )
-        if twin is None:
-            after = ref[last]["name"]
-            ahead = ref[last + 1]["name"] if last + 1 < len(ref) else None
-            return {"optimizer": stage["name"], "path": stage["path"], "after": after, "torch_next": ahead}
-        last = twin
+    for step in ("updates", "updates2"):  # the first step, then the second (a part's state: Adam's b2)
+        last = 0
+        for stage in port[1:]:
+            if step not in stage:
+                return None
+            twin = next((i for i, r in enumerate(ref) if step in r and _all_close(stage[step], r[step])), None)
+            if twin is None:
+                after = ref[last]["name"]
+                ahead = ref[last + 1]["name"] if last + 1 < len(ref) else None
+                return {"optimizer": stage["name"], "path": stage["path"], "after": after, "torch_next": ahead,
+                        "step": 1 if step == "updates" else 2}  # fmt: skip
+            last = twin
     return None

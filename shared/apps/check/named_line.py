@@ -45,6 +45,21 @@ def _optimizer(checker, report, p64) -> dict | None:
     return None if found is None else {**found, "module": "optimizer", "port": ["?", 0, ""]}
 
 
+def _cut_parameter(checker, row, batch) -> dict | None:
+    """A parameter whose gradient parts while every module's output and incoming gradient match: the port reads it
+    through a stop (a stop_gradient on the weight itself). The line of that stop, in the module holding the
+    parameter; None where the module reads it through none."""
+    module, leaf = row.key.rpartition("/")[0], row.key.split("/")
+    _, jm = checker._start("float64")
+    values = checker._impl(backend("jax").inside.inside, jm, batch, checker.losses[1], module)["values"]
+    for v in values:
+        read = [values[i]["op"] for i in v["inputs"] if values[i]["kind"] == "param"] if v["kind"] == "op" else []
+        if v["op"] == "stop_gradient" and any(all(part in name for part in leaf) for name in read):
+            return {"port": v["line"], "op": v["op"], "inputs": [["", 0, f"its parameter {row.key}"]], "torch": None,
+                    "relation": None, "backward": True, "module": row.torch}  # fmt: skip
+    return None
+
+
 def _parents(path: str) -> list[str]:
     parts = path.split(".") if path else []
     return [".".join(parts[:i]) for i in range(len(parts), -1, -1)]
@@ -68,6 +83,8 @@ def name_line(checker, report, p64, translate) -> dict | None:
         j = checker._impl(backend("jax").inside.inside, jm, batch, checker.losses[1], "", backward=True)
         found = locate_backward(j["values"], t["values"])
         return None if found is None else {**found, "module": report.backward_parting().torch}
+    if first.section == "grads" and report.backward_parting() is None:  # one parameter's gradient alone
+        return _cut_parameter(checker, first, batch)
     if first.section == "steps" and not report.failed("float64", "grads"):  # the gradients match: the optimizer
         return _optimizer(checker, report, p64)
     if first.section not in ("outputs", "loss"):
