@@ -57,13 +57,11 @@ def _user_line(traceback) -> list:
     return ["?", 0, ""]
 
 
-def _user_stack(traceback) -> tuple[list, bool]:
-    """The port's own frames, innermost first, as [file, line, function's first line] (a frame's identity beside
-    its line), and whether the innermost frame of all is a library's (an nnx.Linear's dot: computed by a library
-    from what the port passed it)."""
+def _user_stack(traceback) -> list:
+    """The port's own frames, innermost first, as [file, line, its function's first line] (a frame's identity beside
+    its line: line_frames.py picks the frame a parting is named in)."""
     frames = traceback.frames if traceback is not None else []
-    ours = [[f.file_name, f.line_num, f.function_start_line] for f in frames if _ours(f.file_name)]
-    return ours, bool(frames) and not _ours(frames[0].file_name)
+    return [[f.file_name, f.line_num, f.function_start_line] for f in frames if _ours(f.file_name)]
 
 
 def _assignment(cls: type, attr: str) -> list | None:
@@ -171,8 +169,7 @@ class _Recording(_Interpreter):
         # a constant (a literal, an array built at trace time) is no value of the module's to pair
         inputs = [self.known(x) for x in vals if _numeric(x)]
         site = self.sites[-1] if self.sites and self.sites[-1] is not None else eqn.source_info.traceback
-        line, (stack, library) = _user_line(site), _user_stack(site)
-        library = library or bool(self.sites and self.sites[-1] is not None)  # inlined from a library's function
+        line, stack = _user_line(site), _user_stack(site)
         # inside a library module the port built (an nnx.GroupNorm): the line that built it holds its settings
         built = next((self.built[p] for p in reversed(here.split("/")) if p in self.built), None)
         for o, x in enumerate(outs):
@@ -181,7 +178,8 @@ class _Recording(_Interpreter):
                 self.values.append(x)
                 self.meta.append({"kind": "op", "op": eqn.primitive.name, "line": line, "inputs": inputs,
                                   "slot": (self.count, o), "built": built, "stack": stack,
-                                  "library": library, "own": self.own})  # fmt: skip
+                                  "own": self.own,
+                                  "top": self.target == "(model)"})  # fmt: skip
         return outs
 
 

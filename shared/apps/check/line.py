@@ -280,6 +280,9 @@ def locate(port: list[dict], torch: list[dict], outputs: list[int] | None = None
         inputs.append(t["line"] if t["kind"] == "op" else ["", 0, f"its {t['kind']} {t['op']}".strip()])
     said = None if place is None else relation(value, np.asarray(torch[place]["value"]))
     built = op.get("built") if k is not None and _settings(first, paired, torch, place) else None
+    kinds = {port[i]["kind"] for i in op["inputs"]} if k is not None and op.get("built") and not built else set()
+    if "input" in kinds or ("batch" in kinds and not op.get("top")):
+        return None  # a library module's operation on the module's input as it came: handed in wrong, look around
     line = own_line(op) if k is None else lifted(port, k)
     return {
         "port": built or line,

@@ -19,13 +19,15 @@ def _frame_line(frame: list) -> list:
 
 
 def lifted(port: list[dict], k: int) -> list:
-    """port[k]'s line, or, where a library computed it (an nnx.Linear's dot) from a value the port's code made in
+    """port[k]'s line, or, where a library module computed it (an nnx.Linear's dot) from a value the port's code made in
     an outer frame and passed down, the line of the deepest frame both share: where that value was handed in (a
-    block feeding its MLP the stream instead of the normed stream)."""
+    block feeding its MLP the stream instead of the normed stream; the batch itself: the model's own line)."""
     op = port[k]
     consumer = list(reversed(op.get("stack") or []))
-    if not op.get("library") or not consumer:
+    if not op.get("built") or not consumer:  # computed by the port's own code, or a library's function it called
         return op["line"]
+    if any(port[i]["kind"] == "batch" for i in op["inputs"]):  # the model's own input: handed in by the model
+        return own_line(op)
     depths = []
     for i in op["inputs"]:
         producer = list(reversed(port[i].get("stack") or [])) if port[i]["kind"] == "op" else []
